@@ -1,0 +1,105 @@
+# shellcheck shell=bash
+# Shared helpers for scripts/run-tests.sh, scripts/run-main.sh and .ci/run.
+# Source it; it defines functions only (and TUTTI_ROOT).
+
+TUTTI_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export TUTTI_ROOT
+
+# Debian/Ubuntu packages the build needs.
+TUTTI_APT_PACKAGES=(build-essential cmake doctest-dev libbenchmark-dev git ca-certificates)
+TUTTI_MIN_CMAKE=3.25
+
+tutti_step() { printf '\n==> %s\n' "$*"; }
+tutti_info() { printf '    %s\n' "$*"; }
+tutti_die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
+
+tutti_nproc() { nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2; }
+
+# Installs whatever of TUTTI_APT_PACKAGES is missing. A no-op (no apt-get
+# update) when everything is already installed, so reruns are fast.
+tutti_ensure_deps() {
+  tutti_step "checking build dependencies"
+  if ! command -v dpkg >/dev/null 2>&1; then
+    tutti_info "dpkg not found (not Debian/Ubuntu): not installing anything;"
+    tutti_info "need: a C++20 compiler, CMake >= ${TUTTI_MIN_CMAKE}, doctest, Google Benchmark"
+  else
+    local missing=() pkg
+    for pkg in "${TUTTI_APT_PACKAGES[@]}"; do
+      if ! dpkg -s "$pkg" 2>/dev/null | grep -q '^Status: install ok installed'; then
+        missing+=("$pkg")
+      fi
+    done
+    if ((${#missing[@]} == 0)); then
+      tutti_info "all present: ${TUTTI_APT_PACKAGES[*]}"
+    else
+      tutti_info "missing: ${missing[*]}"
+      local sudo=()
+      if [[ "$(id -u)" != 0 ]]; then
+        command -v sudo >/dev/null 2>&1 ||
+          tutti_die "not root and no sudo: install ${missing[*]} yourself"
+        sudo=(sudo)
+      fi
+      command -v apt-get >/dev/null 2>&1 || tutti_die "apt-get not found"
+      export DEBIAN_FRONTEND=noninteractive
+      tutti_step "apt-get update"
+      "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+      tutti_step "apt-get install ${missing[*]}"
+      "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y --no-install-recommends "${missing[@]}"
+    fi
+  fi
+  command -v cmake >/dev/null 2>&1 || tutti_die "cmake not found"
+  local have
+  have="$(cmake --version | sed -n 's/^cmake version \([0-9][0-9.]*\).*/\1/p')"
+  if [[ "$(printf '%s\n%s\n' "$TUTTI_MIN_CMAKE" "$have" | sort -V | head -n1)" != "$TUTTI_MIN_CMAKE" ]]; then
+    tutti_die "CMake >= ${TUTTI_MIN_CMAKE} is required for CMakePresets.json (found ${have}); \
+on older distributions install it from Kitware's apt repository or with 'pip install cmake'"
+  fi
+}
+
+# Configure and build one preset (cwd must be TUTTI_ROOT).
+tutti_configure_build() {
+  local preset="$1"
+  tutti_step "[$preset] configure: cmake --preset $preset"
+  cmake --preset "$preset" || return 1
+  tutti_step "[$preset] build: cmake --build --preset $preset -j$(tutti_nproc)"
+  cmake --build --preset "$preset" -j"$(tutti_nproc)" || return 1
+}
+
+# Prints the command prefix (possibly empty) under which ThreadSanitizer-built
+# programs run on this machine. Some kernels (large vm.mmap_rnd_bits) make TSan
+# die with "FATAL: ThreadSanitizer: unexpected memory mapping"; running without
+# ASLR (setarch -R) avoids it. Returns 1 if TSan cannot run at all.
+tutti_tsan_prefix() {
+  local dir="${TUTTI_ROOT}/build/tsan-probe"
+  mkdir -p "$dir"
+  cat >"$dir/probe.cpp" <<'CPP'
+#include <thread>
+int main() {
+  int value = 0;
+  std::thread worker([&] { value = 1; });
+  worker.join();
+  return value == 1 ? 0 : 1;
+}
+CPP
+  "${CXX:-c++}" -std=c++20 -O1 -g -fsanitize=thread "$dir/probe.cpp" -o "$dir/probe" >&2 || {
+    printf 'tsan probe: could not build a -fsanitize=thread program\n' >&2
+    return 1
+  }
+  if TSAN_OPTIONS=halt_on_error=1 "$dir/probe" >"$dir/probe.log" 2>&1; then
+    tutti_info "tsan probe: OK with ASLR" >&2
+    return 0
+  fi
+  printf 'tsan probe failed with ASLR:\n' >&2
+  sed 's/^/    /' "$dir/probe.log" >&2
+  local prefix=(setarch "$(uname -m)" -R)
+  if command -v setarch >/dev/null 2>&1 &&
+    TSAN_OPTIONS=halt_on_error=1 "${prefix[@]}" "$dir/probe" >"$dir/probe.log" 2>&1; then
+    tutti_info "tsan probe: OK under '${prefix[*]}' (ASLR off); tsan tests run that way" >&2
+    printf '%s\n' "${prefix[*]}"
+    return 0
+  fi
+  printf 'tsan probe: fails with ASLR off too:\n' >&2
+  sed 's/^/    /' "$dir/probe.log" >&2
+  return 1
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The main job: bash scripts/run-main.sh
+#
+# Installs missing build dependencies, configures and builds the release
+# preset, runs every example, then the all-reduce benchmark.
+#   TUTTI_BENCH_ARGS     arguments for bench_all_reduce
+#                        (default: --benchmark_min_time=0.05)
+#   TUTTI_BENCH_TIMEOUT  seconds before the benchmark is stopped (default 600)
+set -euo pipefail
+
+# shellcheck source=scripts/lib.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
+cd "$TUTTI_ROOT"
+
+tutti_ensure_deps
+tutti_configure_build release || tutti_die "release build failed"
+
+build=build/release
+mapfile -t examples < <(find "$build/examples" -maxdepth 1 -type f -name 'example_*' -perm -u+x 2>/dev/null | sort)
+if ((${#examples[@]} == 0)); then
+  tutti_step "examples: none built"
+else
+  for exe in "${examples[@]}"; do
+    tutti_step "example: $exe"
+    "$exe" || tutti_die "example $exe failed"
+  done
+fi
+
+bench="$build/bench/bench_all_reduce"
+[[ -x "$bench" ]] || tutti_die "$bench does not exist (no bench/bench_all_reduce.cpp yet?)"
+read -r -a bench_args <<<"${TUTTI_BENCH_ARGS:---benchmark_min_time=0.05}"
+tutti_step "benchmark: $bench ${bench_args[*]}"
+timeout --signal=INT --kill-after=30 "${TUTTI_BENCH_TIMEOUT:-600}" "$bench" "${bench_args[@]}" ||
+  tutti_die "benchmark $bench failed (or exceeded ${TUTTI_BENCH_TIMEOUT:-600}s)"
+
+tutti_step "main job done"

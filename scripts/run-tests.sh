@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The test command: bash scripts/run-tests.sh
+#
+# Installs missing build dependencies (Debian/Ubuntu, via apt), then for each
+# preset configures, builds and runs ctest with the matching test preset.
+#   TUTTI_PRESETS="release"   run only these presets (default: release asan-ubsan tsan)
+#   TUTTI_FAIL_FAST=1         stop at the first failing preset
+# Exits non-zero if any step of any preset fails.
+set -euo pipefail
+
+# shellcheck source=scripts/lib.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
+cd "$TUTTI_ROOT"
+
+read -r -a presets <<<"${TUTTI_PRESETS:-release asan-ubsan tsan}"
+((${#presets[@]} > 0)) || tutti_die "TUTTI_PRESETS is empty"
+
+tutti_ensure_deps
+
+declare -A result=() seconds=()
+failed=0
+tsan_prefix_known=0
+tsan_prefix=""
+
+run_preset() {
+  local preset="$1" prefix=()
+  tutti_configure_build "$preset" || return 1
+  if [[ "$preset" == tsan* ]]; then
+    if ((tsan_prefix_known == 0)); then
+      tutti_step "[$preset] probing whether ThreadSanitizer runs on this kernel"
+      tsan_prefix="$(tutti_tsan_prefix)" || {
+        printf 'ERROR: ThreadSanitizer cannot run on this machine\n' >&2
+        return 1
+      }
+      tsan_prefix_known=1
+    fi
+    [[ -z "$tsan_prefix" ]] || read -r -a prefix <<<"$tsan_prefix"
+  fi
+  tutti_step "[$preset] test: ${prefix[*]+${prefix[*]} }ctest --preset $preset"
+  "${prefix[@]}" ctest --preset "$preset"
+}
+
+for preset in "${presets[@]}"; do
+  start=$SECONDS
+  if run_preset "$preset"; then
+    result[$preset]=passed
+  else
+    result[$preset]=FAILED
+    failed=1
+  fi
+  seconds[$preset]=$((SECONDS - start))
+  if ((failed)) && [[ "${TUTTI_FAIL_FAST:-0}" == 1 ]]; then
+    break
+  fi
+done
+
+tutti_step "summary"
+for preset in "${presets[@]}"; do
+  printf '    %-12s %-8s %5ss\n' "$preset" "${result[$preset]:-skipped}" "${seconds[$preset]:--}"
+done
+if ((failed)); then
+  printf '\nFAILED\n'
+  exit 1
+fi
+printf '\nall presets passed\n'
