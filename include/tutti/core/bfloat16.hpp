@@ -1,0 +1,163 @@
+#pragma once
+
+/// \file
+/// `tutti::bfloat16`: the "brain floating point" 16-bit storage type (1 sign, 8 exponent and
+/// 7 mantissa bits), i.e. the top 16 bits of an IEEE 754 binary32 `float`.
+///
+/// All conversions are implemented with integer operations on the bit patterns, so they are
+/// `constexpr`, independent of the floating-point environment (narrowing always rounds to
+/// nearest, ties to even) and never raise floating-point exceptions.
+
+#include <bit>
+#include <compare>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "tutti/core/half.hpp"  // detail::narrow_bits, detail::float_to_double
+
+namespace tutti {
+
+namespace detail {
+
+/// float -> bfloat16 bits, rounding to nearest, ties to even. The exponent ranges agree, so for
+/// non-NaN inputs this is a plain rounding of the low 16 bits; a carry out of the mantissa bumps
+/// the exponent (up to infinity), and float subnormals land on bfloat16 subnormals.
+[[nodiscard]] constexpr std::uint16_t binary32_to_bfloat16_bits(std::uint32_t f) noexcept {
+  if ((f & 0x7F800000U) == 0x7F800000U && (f & 0x7FFFFFU) != 0) {
+    return static_cast<std::uint16_t>((f >> 16) | 0x0040U);  // NaN: keep sign/payload, quiet
+  }
+  const std::uint32_t lsb = (f >> 16) & 1U;
+  return static_cast<std::uint16_t>((f + 0x7FFFU + lsb) >> 16);
+}
+
+/// Exact bfloat16 -> float bits. NaNs are made quiet and keep sign and payload.
+[[nodiscard]] constexpr std::uint32_t bfloat16_to_binary32_bits(std::uint16_t b) noexcept {
+  const std::uint32_t f = static_cast<std::uint32_t>(b) << 16;
+  const bool nan = (b & 0x7F80U) == 0x7F80U && (b & 0x007FU) != 0;
+  return nan ? (f | 0x00400000U) : f;
+}
+
+}  // namespace detail
+
+/// bfloat16 value: 1 sign, 8 exponent and 7 mantissa bits (the top half of a `float`).
+///
+/// A storage type: it converts exactly to `float`/`double` and is constructed from them with
+/// round-to-nearest-even. Comparisons follow IEEE semantics (NaN is unordered, +0 == -0).
+class bfloat16 {
+ public:
+  /// Positive zero.
+  constexpr bfloat16() noexcept = default;
+
+  /// Rounds `f` to the nearest bfloat16 value, ties to even. Values beyond the largest finite
+  /// value (after rounding) become infinity; NaNs stay NaN (quiet, sign and high payload kept).
+  explicit constexpr bfloat16(float f) noexcept
+      : bits_(detail::binary32_to_bfloat16_bits(std::bit_cast<std::uint32_t>(f))) {}
+
+  /// Rounds `d` directly to the nearest bfloat16 value, ties to even (no intermediate rounding
+  /// to `float`, so there is no double-rounding error).
+  explicit constexpr bfloat16(double d) noexcept
+      : bits_(detail::narrow_bits<detail::bfloat16_format, detail::binary64_format>(
+            std::bit_cast<std::uint64_t>(d))) {}
+
+  /// Exact conversion to `float` (NaNs are returned quiet).
+  explicit constexpr operator float() const noexcept {
+    return std::bit_cast<float>(detail::bfloat16_to_binary32_bits(bits_));
+  }
+
+  /// Exact conversion to `double` (NaNs are returned quiet).
+  explicit constexpr operator double() const noexcept {
+    return detail::float_to_double(static_cast<float>(*this));
+  }
+
+  /// The value with bit pattern `b`.
+  [[nodiscard]] static constexpr bfloat16 from_bits(std::uint16_t b) noexcept {
+    bfloat16 v;
+    v.bits_ = b;
+    return v;
+  }
+
+  /// The bit pattern of this value.
+  [[nodiscard]] constexpr std::uint16_t to_bits() const noexcept { return bits_; }
+
+  /// IEEE equality: false if either operand is NaN; +0 == -0.
+  [[nodiscard]] friend constexpr bool operator==(bfloat16 a, bfloat16 b) noexcept {
+    return static_cast<float>(a) == static_cast<float>(b);
+  }
+
+  /// IEEE ordering: `unordered` if either operand is NaN.
+  [[nodiscard]] friend constexpr auto operator<=>(bfloat16 a, bfloat16 b) noexcept
+      -> std::partial_ordering {
+    return static_cast<float>(a) <=> static_cast<float>(b);
+  }
+
+ private:
+  std::uint16_t bits_ = 0;
+};
+
+static_assert(sizeof(bfloat16) == 2 && std::is_trivially_copyable_v<bfloat16>);
+
+}  // namespace tutti
+
+/// `std::numeric_limits` for `tutti::bfloat16`, following the conventions used for `float`.
+/// `is_iec559` is false: bfloat16 is not one of the IEEE 754 interchange formats.
+template <>
+struct std::numeric_limits<tutti::bfloat16> {
+  static constexpr bool is_specialized = true;
+  static constexpr bool is_signed = true;
+  static constexpr bool is_integer = false;
+  static constexpr bool is_exact = false;
+  static constexpr bool has_infinity = true;
+  static constexpr bool has_quiet_NaN = true;
+  static constexpr bool has_signaling_NaN = true;
+  static constexpr std::float_denorm_style has_denorm = std::denorm_present;
+  static constexpr bool has_denorm_loss = false;
+  static constexpr std::float_round_style round_style = std::round_to_nearest;
+  static constexpr bool is_iec559 = false;
+  static constexpr bool is_bounded = true;
+  static constexpr bool is_modulo = false;
+  static constexpr int digits = 8;
+  static constexpr int digits10 = 2;
+  static constexpr int max_digits10 = 4;
+  static constexpr int radix = 2;
+  static constexpr int min_exponent = -125;
+  static constexpr int min_exponent10 = -37;
+  static constexpr int max_exponent = 128;
+  static constexpr int max_exponent10 = 38;
+  static constexpr bool traps = false;
+  static constexpr bool tinyness_before = false;
+
+  /// Smallest positive normal value, 2^-126.
+  [[nodiscard]] static constexpr tutti::bfloat16 min() noexcept {
+    return tutti::bfloat16::from_bits(0x0080);
+  }
+  /// Largest finite value, (2 - 2^-7) * 2^127.
+  [[nodiscard]] static constexpr tutti::bfloat16 max() noexcept {
+    return tutti::bfloat16::from_bits(0x7F7F);
+  }
+  /// Most negative finite value.
+  [[nodiscard]] static constexpr tutti::bfloat16 lowest() noexcept {
+    return tutti::bfloat16::from_bits(0xFF7F);
+  }
+  /// 2^-7, the distance from 1 to the next representable value.
+  [[nodiscard]] static constexpr tutti::bfloat16 epsilon() noexcept {
+    return tutti::bfloat16::from_bits(0x3C00);
+  }
+  /// 0.5, the largest rounding error of round-to-nearest in units of the last place.
+  [[nodiscard]] static constexpr tutti::bfloat16 round_error() noexcept {
+    return tutti::bfloat16::from_bits(0x3F00);
+  }
+  [[nodiscard]] static constexpr tutti::bfloat16 infinity() noexcept {
+    return tutti::bfloat16::from_bits(0x7F80);
+  }
+  [[nodiscard]] static constexpr tutti::bfloat16 quiet_NaN() noexcept {
+    return tutti::bfloat16::from_bits(0x7FC0);
+  }
+  [[nodiscard]] static constexpr tutti::bfloat16 signaling_NaN() noexcept {
+    return tutti::bfloat16::from_bits(0x7FA0);
+  }
+  /// Smallest positive subnormal value, 2^-133.
+  [[nodiscard]] static constexpr tutti::bfloat16 denorm_min() noexcept {
+    return tutti::bfloat16::from_bits(0x0001);
+  }
+};
