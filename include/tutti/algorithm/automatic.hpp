@@ -1,0 +1,230 @@
+#pragma once
+/// \file
+/// tutti::automatic (the default): picks a policy per collective, message size and world size
+/// from the α-β-γ costs (Thakur, Rabenseifner & Gropp 2005) with the transport's α, β, γ.
+/// TUTTI_ALGO (or options::algo) overrides the choice per collective and size range; its
+/// syntax is in detail/algo_table.hpp and the README.
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <span>
+
+#include "tutti/algorithm/bruck.hpp"
+#include "tutti/algorithm/direct.hpp"
+#include "tutti/algorithm/recursive_doubling.hpp"
+#include "tutti/algorithm/recursive_halving.hpp"
+#include "tutti/algorithm/ring.hpp"
+#include "tutti/algorithm/tree.hpp"
+#include "tutti/detail/algo_table.hpp"
+#include "tutti/detail/cost.hpp"
+#include "tutti/detail/policy_traits.hpp"
+
+namespace tutti {
+
+namespace detail {
+
+template <class T>
+[[nodiscard]] constexpr cost_model costs_of() noexcept {
+  if constexpr (requires { T::costs; })
+    return T::costs;
+  else
+    return cost_model{};
+}
+
+/// Predicted microseconds of policy `p` for collective `k` moving `n` bytes over `ranks`.
+/// `n` is the per-rank vector for all_reduce, reduce, broadcast; the total gathered or
+/// scattered vector for the gathers, scatters, reduce_scatter and all_to_all.
+[[nodiscard]] inline double predicted_cost(collective k, policy_id pol, double n, int ranks,
+                                           const cost_model& m) noexcept {
+  const double p = ranks, a = m.alpha_us, b = m.beta_us_per_byte, g = m.gamma_us_per_byte;
+  const double lg = std::ceil(std::log2(p));
+  const bool pow2 = (ranks & (ranks - 1)) == 0;
+  const double fold = pow2 ? 0.0 : 2 * (a + n * b) + n * g;  // non-power-of-two extra steps
+  const double frac = (p - 1) / p;
+  const double segment_rounds = std::ceil(n / double(512 << 10));  // half of a 1 MiB slot
+  constexpr double never = std::numeric_limits<double>::infinity();
+  switch (k) {
+    case collective::all_reduce:
+      switch (pol) {
+        case policy_id::ring: return 2 * (p - 1) * a + 2 * frac * n * b + frac * n * g;
+        case policy_id::recursive_halving: return 2 * lg * a + 2 * frac * n * b + frac * n * g + fold;
+        case policy_id::recursive_doubling: return lg * (a + n * b + n * g) + fold;
+        case policy_id::tree: return 2 * lg * a + 2 * lg * n * b + lg * n * g;
+        case policy_id::direct:
+          return std::max(1.0, segment_rounds) * 2 * lg * a + 2 * n * b + frac * n * g +
+                 (n <= double(direct::small_round) ? (p - 1) * n * g : 0.0);
+        default: return never;
+      }
+    case collective::reduce:
+      if (pol == policy_id::tree) return lg * (a + n * b + n * g);
+      if (pol == policy_id::direct) return std::max(1.0, segment_rounds) * 2 * lg * a + 2 * n * b + frac * n * g;
+      return never;
+    case collective::broadcast:
+      if (pol == policy_id::tree) return lg * (a + n * b);
+      if (pol == policy_id::ring) {
+        const double segs = std::max(1.0, std::ceil(n / double(ring::broadcast_segment)));
+        return (p - 2 + segs) * (a + n / segs * b);
+      }
+      if (pol == policy_id::direct) return std::max(1.0, segment_rounds) * lg * a + 2 * n * b;
+      return never;
+    case collective::all_gather:
+      if (pol == policy_id::ring) return (p - 1) * a + frac * n * b;
+      if (pol == policy_id::recursive_doubling) return lg * a + frac * n * b + (pow2 ? 0.0 : n * b);
+      if (pol == policy_id::bruck) return lg * a + frac * n * b + n * b;
+      if (pol == policy_id::direct) return std::max(1.0, segment_rounds / p) * lg * a + n * b;
+      return never;
+    case collective::gather:
+    case collective::scatter:
+      if (pol == policy_id::tree) return lg * a + frac * n * b + n * b;
+      if (pol == policy_id::direct) return (p - 1) * a / 2 + frac * n * b;
+      return never;
+    case collective::reduce_scatter:
+      if (pol == policy_id::ring) return (p - 1) * a + frac * n * (b + g) + 2 * n * b;
+      if (pol == policy_id::recursive_halving) return lg * a + frac * n * (b + g) + 2 * n * b + fold;
+      if (pol == policy_id::direct) return std::max(1.0, segment_rounds) * lg * a + n * b + n * g;
+      return never;
+    case collective::all_to_all:
+      if (pol == policy_id::direct) return (p - 1) * a + n * b;
+      if (pol == policy_id::bruck) return lg * a + n / 2 * lg * b + 2 * n * b;
+      return never;
+    case collective::all_gatherv:
+      if (pol == policy_id::ring) return (p - 1) * a + frac * n * b;
+      if (pol == policy_id::direct) return (p - 1) * a + frac * n * b * 1.1;
+      return never;
+    case collective::barrier:
+      if (pol == policy_id::direct) return a;  // a shared-segment barrier, where there is one
+      return lg * a;
+    default:
+      return pol == policy_id::direct ? 0.0 : never;
+  }
+}
+
+/// Calls `f.template operator()<Policy>()` for the policy `id` names; false if it cannot run.
+template <class F>
+bool with_policy(policy_id id, F&& f) {
+  switch (id) {
+    case policy_id::ring: return f.template operator()<ring>();
+    case policy_id::tree: return f.template operator()<tree>();
+    case policy_id::recursive_halving: return f.template operator()<recursive_halving>();
+    case policy_id::recursive_doubling: return f.template operator()<recursive_doubling>();
+    case policy_id::direct: return f.template operator()<direct>();
+    case policy_id::bruck: return f.template operator()<bruck>();
+    default: return false;
+  }
+}
+
+}  // namespace detail
+
+struct automatic {
+  static constexpr const char* name = "automatic";
+
+  /// The policy automatic uses for collective `k` on `ranks` ranks moving `bytes`, given the
+  /// transport's costs and `overrides`; `runs(id)` says whether a policy implements `k` here.
+  template <class Runs>
+  [[nodiscard]] static detail::policy_id choose(detail::collective k, std::size_t bytes, int ranks,
+                                                const cost_model& m,
+                                                const detail::algo_table& overrides, Runs&& runs) {
+    for (const auto& rule : overrides.rules())
+      if ((rule.coll == detail::collective::none || rule.coll == k) && bytes >= rule.lo &&
+          bytes < rule.hi && runs(rule.policy))
+        return rule.policy;
+    auto best = detail::policy_id::count_;
+    double best_cost = std::numeric_limits<double>::infinity();
+    for (int i = 0; i < static_cast<int>(detail::policy_id::count_); ++i) {
+      const auto id = static_cast<detail::policy_id>(i);
+      if (!runs(id)) continue;
+      const double cost = detail::predicted_cost(k, id, static_cast<double>(bytes), ranks, m);
+      if (best == detail::policy_id::count_ || cost < best_cost) {
+        best = id;
+        best_cost = cost;
+      }
+    }
+    return best;
+  }
+
+#define TUTTI_AUTOMATIC_DISPATCH(coll, bytes, ...)                                              \
+  using T = typename Ctx::transport_type;                                                       \
+  auto runs = [](detail::policy_id id) {                                                        \
+    return detail::with_policy(id, []<class P>() { return detail::has_##coll<P, T>; });         \
+  };                                                                                            \
+  const auto id = choose(detail::collective::coll, bytes, c.size(), detail::costs_of<T>(),      \
+                         c.overrides(), runs);                                                  \
+  detail::with_policy(id, [&]<class P>() {                                                      \
+    if constexpr (detail::has_##coll<P, T>) {                                                   \
+      P::coll(c __VA_OPT__(, ) __VA_ARGS__);                                                   \
+      return true;                                                                              \
+    } else {                                                                                    \
+      return false;                                                                             \
+    }                                                                                           \
+  })
+
+  template <class Ctx>
+  static void all_reduce(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
+    TUTTI_AUTOMATIC_DISPATCH(all_reduce, count * c.elem(), in, out, count);
+  }
+  template <class Ctx>
+  static void reduce(Ctx& c, const std::byte* in, std::byte* out, std::size_t count, int root) {
+    TUTTI_AUTOMATIC_DISPATCH(reduce, count * c.elem(), in, out, count, root);
+  }
+  template <class Ctx>
+  static void broadcast(Ctx& c, std::byte* buf, std::size_t count, int root) {
+    TUTTI_AUTOMATIC_DISPATCH(broadcast, count * c.elem(), buf, count, root);
+  }
+  template <class Ctx>
+  static void all_gather(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
+    TUTTI_AUTOMATIC_DISPATCH(all_gather, count * c.elem() * static_cast<std::size_t>(c.size()),
+                             in, out, count);
+  }
+  template <class Ctx>
+  static void gather(Ctx& c, const std::byte* in, std::byte* out, std::size_t count, int root) {
+    TUTTI_AUTOMATIC_DISPATCH(gather, count * c.elem() * static_cast<std::size_t>(c.size()), in,
+                             out, count, root);
+  }
+  template <class Ctx>
+  static void scatter(Ctx& c, const std::byte* in, std::byte* out, std::size_t count, int root) {
+    TUTTI_AUTOMATIC_DISPATCH(scatter, count * c.elem() * static_cast<std::size_t>(c.size()), in,
+                             out, count, root);
+  }
+  template <class Ctx>
+  static void reduce_scatter(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
+    TUTTI_AUTOMATIC_DISPATCH(reduce_scatter,
+                             count * c.elem() * static_cast<std::size_t>(c.size()), in, out,
+                             count);
+  }
+  template <class Ctx>
+  static void all_to_all(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
+    TUTTI_AUTOMATIC_DISPATCH(all_to_all, count * c.elem() * static_cast<std::size_t>(c.size()),
+                             in, out, count);
+  }
+  template <class Ctx>
+  static void all_gatherv(Ctx& c, const std::byte* in, std::byte* out,
+                          std::span<const std::size_t> counts) {
+    std::size_t total = 0;
+    for (auto n : counts) total += n;
+    TUTTI_AUTOMATIC_DISPATCH(all_gatherv, total * c.elem(), in, out, counts);
+  }
+  template <class Ctx>
+  static void gatherv(Ctx& c, const std::byte* in, std::byte* out,
+                      std::span<const std::size_t> counts, int root) {
+    direct::gatherv(c, in, out, counts, root);
+  }
+  template <class Ctx>
+  static void scatterv(Ctx& c, const std::byte* in, std::byte* out,
+                       std::span<const std::size_t> counts, int root) {
+    direct::scatterv(c, in, out, counts, root);
+  }
+  template <class Ctx>
+  static void all_to_allv(Ctx& c, const std::byte* in, std::span<const std::size_t> sc,
+                          std::byte* out, std::span<const std::size_t> rc) {
+    direct::all_to_allv(c, in, sc, out, rc);
+  }
+  template <class Ctx>
+  static void barrier(Ctx& c) {
+    TUTTI_AUTOMATIC_DISPATCH(barrier, 0);
+  }
+
+#undef TUTTI_AUTOMATIC_DISPATCH
+};
+
+}  // namespace tutti

@@ -1,0 +1,205 @@
+#pragma once
+/// \file
+/// tutti::direct: one-step schedules. On transports with a shared segment (inproc, shm):
+/// copy in, reduce a 1/p slice (or all of it, when small), copy out, in rounds that fit the
+/// segment. On any transport: linear gather/scatter and pairwise all-to-all.
+///
+/// Rounds alternate the two halves of each slot, so no round needs a trailing barrier: a rank
+/// can only rewrite a half after the next round's barrier, which its peers enter only once
+/// they finished reading it. The segment barrier also compares every rank's fingerprint.
+
+#include <algorithm>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "tutti/detail/schedules.hpp"
+#include "tutti/transport/concepts.hpp"
+
+namespace tutti {
+
+struct direct {
+  static constexpr const char* name = "direct";
+  /// Below this many bytes per round every rank reduces the whole round itself (one barrier
+  /// instead of two).
+  static constexpr std::size_t small_round = std::size_t{16} << 10;
+
+  template <class Ctx>
+    requires shared_segment<typename Ctx::transport_type>
+  static void all_reduce(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
+    reduce_rounds(c, in, out, count, -1);
+  }
+
+  template <class Ctx>
+    requires shared_segment<typename Ctx::transport_type>
+  static void reduce(Ctx& c, const std::byte* in, std::byte* out, std::size_t count, int root) {
+    reduce_rounds(c, in, out, count, root);
+  }
+
+  template <class Ctx>
+    requires shared_segment<typename Ctx::transport_type>
+  static void broadcast(Ctx& c, std::byte* buf, std::size_t count, int root) {
+    auto& t = c.transport();
+    const std::size_t bytes = count * c.elem(), half = half_bytes(c);
+    std::size_t at = 0;
+    do {
+      const std::size_t n = std::min(half, bytes - at);
+      const std::size_t h = c.next_segment_half() * t.segment_bytes() / 2;
+      if (c.rank() == root) detail::copy_bytes(t.segment(root) + h, buf + at, n);
+      t.segment_barrier(c.info(), c.deadline());
+      if (c.rank() != root) detail::copy_bytes(buf + at, t.segment(root) + h, n);
+      at += n;
+    } while (at < bytes);
+  }
+
+  template <class Ctx>
+    requires shared_segment<typename Ctx::transport_type>
+  static void all_gather(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
+    auto& t = c.transport();
+    const int p = c.size();
+    const std::size_t bytes = count * c.elem(), half = half_bytes(c);
+    std::size_t at = 0;
+    do {
+      const std::size_t n = std::min(half, bytes - at);
+      const std::size_t h = c.next_segment_half() * t.segment_bytes() / 2;
+      detail::copy_bytes(t.segment(c.rank()) + h, in + at, n);
+      t.segment_barrier(c.info(), c.deadline());
+      for (int q = 0; q < p; ++q)
+        detail::copy_bytes(out + static_cast<std::size_t>(q) * bytes + at, t.segment(q) + h, n);
+      at += n;
+    } while (at < bytes);
+  }
+
+  /// Each round takes the same element range of every block; rank r reduces block r's range.
+  template <class Ctx>
+    requires shared_segment<typename Ctx::transport_type>
+  static void reduce_scatter(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
+    auto& t = c.transport();
+    const auto p = static_cast<std::size_t>(c.size()), r = static_cast<std::size_t>(c.rank());
+    const std::size_t e = c.elem(), bytes = count * e;
+    const std::size_t per = std::max<std::size_t>(1, half_bytes(c) / (p * e)) * e;
+    std::size_t at = 0;
+    do {
+      const std::size_t n = std::min(per, bytes - at);
+      const std::size_t h = c.next_segment_half() * t.segment_bytes() / 2;
+      std::byte* mine = t.segment(c.rank()) + h;
+      for (std::size_t q = 0; q < p; ++q) detail::copy_bytes(mine + q * n, in + q * bytes + at, n);
+      t.segment_barrier(c.info(), c.deadline());
+      fold_slots(c, out + at, h + r * n, n);
+      at += n;
+    } while (at < bytes);
+  }
+
+  template <class Ctx>
+  static void gather(Ctx& c, const std::byte* in, std::byte* out, std::size_t count, int root) {
+    detail::linear_gatherv(c, in, out, detail::equal_offsets(count * c.elem(), c.size()), root);
+  }
+  template <class Ctx>
+  static void scatter(Ctx& c, const std::byte* in, std::byte* out, std::size_t count, int root) {
+    detail::linear_scatterv(c, in, out, detail::equal_offsets(count * c.elem(), c.size()), root);
+  }
+  template <class Ctx>
+  static void gatherv(Ctx& c, const std::byte* in, std::byte* out,
+                      std::span<const std::size_t> counts, int root) {
+    detail::linear_gatherv(c, in, out, detail::count_offsets(c, counts), root);
+  }
+  template <class Ctx>
+  static void scatterv(Ctx& c, const std::byte* in, std::byte* out,
+                       std::span<const std::size_t> counts, int root) {
+    detail::linear_scatterv(c, in, out, detail::count_offsets(c, counts), root);
+  }
+  template <class Ctx>
+  static void all_to_all(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
+    const auto off = detail::equal_offsets(count * c.elem(), c.size());
+    detail::pairwise_all_to_allv(c, in, off, out, off);
+  }
+  template <class Ctx>
+  static void all_to_allv(Ctx& c, const std::byte* in, std::span<const std::size_t> sc,
+                          std::byte* out, std::span<const std::size_t> rc) {
+    detail::pairwise_all_to_allv(c, in, detail::count_offsets(c, sc), out,
+                                 detail::count_offsets(c, rc));
+  }
+  /// Every rank sends its block straight to every other rank (pairwise, p - 1 steps).
+  template <class Ctx>
+  static void all_gatherv(Ctx& c, const std::byte* in, std::byte* out,
+                          std::span<const std::size_t> counts) {
+    const int p = c.size(), r = c.rank();
+    const auto off = detail::count_offsets(c, counts);
+    const auto me = static_cast<std::size_t>(r);
+    detail::copy_bytes(out + off[me], in, off[me + 1] - off[me]);
+    for (int s = 1; s < p; ++s) {
+      const auto from = static_cast<std::size_t>(detail::mod(r - s, p));
+      c.sendrecv(detail::mod(r + s, p), in, off[me + 1] - off[me], static_cast<int>(from),
+                 out + off[from], off[from + 1] - off[from]);
+    }
+  }
+
+  template <class Ctx>
+  static void barrier(Ctx& c) {
+    if constexpr (shared_segment<typename Ctx::transport_type>)
+      c.transport().segment_barrier(c.info(), c.deadline());
+    else
+      detail::dissemination_barrier(c);
+  }
+
+ private:
+  template <class Ctx>
+  static std::size_t half_bytes(Ctx& c) {
+    const std::size_t half = c.transport().segment_bytes() / 2;
+    return std::max<std::size_t>(c.elem(), half / c.elem() * c.elem());
+  }
+
+  /// dst = slot[0][at..] op slot[1][at..] op ... in rank order (the same order on every rank,
+  /// so every rank that computes an element gets the same bits).
+  template <class Ctx>
+  static void fold_slots(Ctx& c, std::byte* dst, std::size_t at, std::size_t n) {
+    auto& t = c.transport();
+    if (c.size() == 1) {
+      detail::copy_bytes(dst, t.segment(0) + at, n);
+      return;
+    }
+    c.reduce(dst, t.segment(0) + at, t.segment(1) + at, n);
+    for (int q = 2; q < c.size(); ++q) c.reduce(dst, dst, t.segment(q) + at, n);
+  }
+
+  /// all_reduce (root < 0) or reduce to root, in rounds of at most half a slot per rank.
+  template <class Ctx>
+  static void reduce_rounds(Ctx& c, const std::byte* in, std::byte* out, std::size_t count,
+                            int root) {
+    auto& t = c.transport();
+    const int p = c.size(), r = c.rank();
+    const std::size_t e = c.elem(), bytes = count * e, half = half_bytes(c);
+    const bool gets_result = root < 0 || r == root;
+    std::size_t at = 0;
+    do {
+      const std::size_t n = std::min(half, bytes - at);
+      const std::size_t h = c.next_segment_half() * t.segment_bytes() / 2;
+      detail::copy_bytes(t.segment(r) + h, in + at, n);
+      t.segment_barrier(c.info(), c.deadline());
+      if (n <= small_round) {
+        if (gets_result) fold_slots(c, out + at, h, n);
+      } else {
+        // Rank q reduces slice q into its own slot (nobody else reads that slice of it), then
+        // everyone copies the finished slices out.
+        const detail::blocks sl{n / e, static_cast<std::size_t>(p)};
+        const std::size_t mo = h + sl.offset(static_cast<std::size_t>(r)) * e;
+        const std::size_t ml = sl.length(static_cast<std::size_t>(r)) * e;
+        if (ml != 0) {
+          std::byte* scratch = c.scratch(ml);
+          fold_slots(c, scratch, mo, ml);
+          detail::copy_bytes(t.segment(r) + mo, scratch, ml);
+        }
+        t.segment_barrier(c.info(), c.deadline());
+        if (gets_result)
+          for (int q = 0; q < p; ++q) {
+            const auto uq = static_cast<std::size_t>(q);
+            detail::copy_bytes(out + at + sl.offset(uq) * e, t.segment(q) + h + sl.offset(uq) * e,
+                               sl.length(uq) * e);
+          }
+      }
+      at += n;
+    } while (at < bytes);
+  }
+};
+
+}  // namespace tutti

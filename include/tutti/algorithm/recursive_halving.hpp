@@ -1,0 +1,80 @@
+#pragma once
+/// \file
+/// tutti::recursive_halving: Rabenseifner's all-reduce, a recursive-halving reduce-scatter
+/// followed by a recursive-doubling all-gather (2 lg p steps, 2(p-1)/p of the data each way).
+/// Ranks beyond the largest power of two fold into a neighbour first and get the result back.
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "tutti/algorithm/bruck.hpp"
+#include "tutti/detail/recursive.hpp"
+#include "tutti/detail/schedules.hpp"
+
+namespace tutti {
+
+struct recursive_halving {
+  static constexpr const char* name = "recursive_halving";
+
+  template <class Ctx>
+  static void all_reduce(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
+    const std::size_t bytes = count * c.elem();
+    detail::copy_bytes(out, in, bytes);
+    const detail::fold f(c.size(), c.rank());
+    detail::fold_in(c, out, bytes, f);
+    if (f.newrank >= 0) {
+      const auto goff = detail::even_offsets(c, count, f.pof2);
+      detail::halving_reduce_scatter(c, out, goff, f);
+      detail::doubling_all_gather(c, out, goff, f);
+    }
+    detail::fold_out(c, out, bytes, f);
+  }
+
+  /// Groups of new rank g are the blocks of the old ranks it stands for (2g and 2g + 1 when
+  /// folded), so the halving leaves each old rank's block on it or on its fold partner.
+  template <class Ctx>
+  static void reduce_scatter(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
+    const int p = c.size(), r = c.rank();
+    const std::size_t b = count * c.elem();
+    const std::size_t total = b * static_cast<std::size_t>(p);
+    std::byte* buf = c.scratch(total);
+    detail::copy_bytes(buf, in, total);
+    const detail::fold f(p, r);
+    detail::fold_in(c, buf, total, f);
+    if (f.newrank >= 0) {
+      std::vector<std::size_t> goff(static_cast<std::size_t>(f.pof2) + 1);
+      for (int g = 0; g <= f.pof2; ++g) {
+        const int first_old = g < f.rem ? 2 * g : g + f.rem;
+        goff[static_cast<std::size_t>(g)] = static_cast<std::size_t>(first_old) * b;
+      }
+      detail::halving_reduce_scatter(c, buf, goff, f);
+    }
+    if (r < 2 * f.rem) {  // the odd rank holds both blocks of its pair
+      if (r % 2 == 1)
+        c.send(r - 1, buf + static_cast<std::size_t>(r - 1) * b, b);
+      else
+        c.recv(r + 1, buf + static_cast<std::size_t>(r) * b, b);
+    }
+    detail::copy_bytes(out, buf + static_cast<std::size_t>(r) * b, b);
+  }
+
+  template <class Ctx>
+  static void all_gather(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
+    const int p = c.size();
+    if ((p & (p - 1)) != 0) {
+      bruck::all_gather(c, in, out, count);
+      return;
+    }
+    const std::size_t bytes = count * c.elem();
+    detail::copy_bytes(out + static_cast<std::size_t>(c.rank()) * bytes, in, bytes);
+    detail::doubling_all_gather(c, out, detail::equal_offsets(bytes, p), detail::fold(p, c.rank()));
+  }
+
+  template <class Ctx>
+  static void barrier(Ctx& c) {
+    detail::dissemination_barrier(c);
+  }
+};
+
+}  // namespace tutti

@@ -1,0 +1,42 @@
+#pragma once
+/// \file
+/// Communicator options and the environment variables that set their defaults.
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+namespace tutti {
+
+namespace detail {
+
+/// Parses TUTTI_TIMEOUT (seconds, fractions allowed, > 0); 300 s when unset or malformed.
+[[nodiscard]] inline std::chrono::milliseconds timeout_from_env() {
+  constexpr std::chrono::milliseconds fallback{300'000};
+  const char* s = std::getenv("TUTTI_TIMEOUT");
+  if (s == nullptr || *s == '\0') return fallback;
+  char* end = nullptr;
+  const double seconds = std::strtod(s, &end);
+  if (end == s || *end != '\0' || !(seconds > 0) || seconds > 1e9) return fallback;
+  return std::chrono::milliseconds{static_cast<long long>(seconds * 1000.0 + 0.5)};
+}
+
+/// The value of an environment variable, or "" when unset.
+[[nodiscard]] inline std::string env_string(const char* name) {
+  const char* s = std::getenv(name);
+  return s == nullptr ? std::string{} : std::string{s};
+}
+
+}  // namespace detail
+
+/// Per-communicator settings. Every field has a default read from the environment.
+struct options {
+  /// How long any blocking wait may take before it raises tutti::error(errc::timeout).
+  /// Default: TUTTI_TIMEOUT seconds, or 300 s.
+  std::chrono::milliseconds timeout = detail::timeout_from_env();
+  /// Per-size-range algorithm overrides for tutti::automatic, in TUTTI_ALGO's syntax
+  /// (see algorithm/automatic.hpp). Default: the TUTTI_ALGO environment variable.
+  std::string algo = detail::env_string("TUTTI_ALGO");
+};
+
+}  // namespace tutti

@@ -1,0 +1,134 @@
+#pragma once
+/// \file
+/// TUTTI_ALGO: per-collective, per-size-range algorithm overrides for tutti::automatic.
+///
+/// Syntax: rules separated by ';', first match wins, whitespace ignored:
+///   rule  := [collective ':'] policy ['@' range]
+///   range := [bytes] '-' [bytes]        half-open [lo, hi); bytes take K, M, G (powers of 2)
+/// Example: "all_reduce:recursive_doubling@-64K; all_reduce:ring@64K-; broadcast:tree".
+/// The size is the call's count times the element size (per rank for all_gather, scatter...).
+/// A rule naming a policy that lacks the collective, or that the transport cannot run, is
+/// skipped for that collective.
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tutti/core/error.hpp"
+#include "tutti/detail/call.hpp"
+
+namespace tutti::detail {
+
+enum class policy_id : std::uint8_t {
+  ring, tree, recursive_halving, recursive_doubling, direct, bruck, count_
+};
+
+[[nodiscard]] constexpr std::string_view name(policy_id p) noexcept {
+  constexpr std::string_view names[] = {"ring",   "tree",  "recursive_halving",
+                                        "recursive_doubling", "direct", "bruck"};
+  return p == policy_id::count_ ? "?" : names[static_cast<int>(p)];
+}
+
+struct algo_rule {
+  collective coll = collective::none;  // none: every collective
+  policy_id policy = policy_id::ring;
+  std::size_t lo = 0;
+  std::size_t hi = std::numeric_limits<std::size_t>::max();
+};
+
+class algo_table {
+ public:
+  algo_table() = default;
+
+  /// Parses `spec`; raises tutti::error(errc::invalid_argument) naming the bad part.
+  explicit algo_table(std::string_view spec) {
+    std::string clean;
+    for (char ch : spec)
+      if (ch != ' ' && ch != '\t' && ch != '\n') clean += ch;
+    std::string_view rest = clean;
+    while (!rest.empty()) {
+      const auto semi = rest.find(';');
+      const std::string_view rule = rest.substr(0, semi);
+      rest = semi == std::string_view::npos ? std::string_view{} : rest.substr(semi + 1);
+      if (!rule.empty()) rules_.push_back(parse_rule(rule));
+    }
+  }
+
+  /// The policy forced for `c` at `bytes`, if a rule matches.
+  [[nodiscard]] std::optional<policy_id> lookup(collective c, std::size_t bytes) const noexcept {
+    for (const auto& r : rules_)
+      if ((r.coll == collective::none || r.coll == c) && bytes >= r.lo && bytes < r.hi)
+        return r.policy;
+    return std::nullopt;
+  }
+  /// Every rule in order (a caller that must skip inapplicable rules walks them itself).
+  [[nodiscard]] const std::vector<algo_rule>& rules() const noexcept { return rules_; }
+  [[nodiscard]] bool empty() const noexcept { return rules_.empty(); }
+
+ private:
+  [[noreturn]] static void fail(std::string_view what, std::string_view part) {
+    throw error(errc::invalid_argument, "", 0, -1, -1,
+                "TUTTI_ALGO: " + std::string{what} + " in '" + std::string{part} + "'");
+  }
+
+  static std::size_t parse_bytes(std::string_view s, std::string_view rule) {
+    if (s.empty()) fail("empty size", rule);
+    std::size_t mult = 1;
+    const char last = s.back();
+    if (last == 'K' || last == 'k') mult = std::size_t{1} << 10;
+    if (last == 'M' || last == 'm') mult = std::size_t{1} << 20;
+    if (last == 'G' || last == 'g') mult = std::size_t{1} << 30;
+    if (mult != 1) s.remove_suffix(1);
+    if (s.empty()) fail("size without digits", rule);
+    std::size_t v = 0;
+    for (char ch : s) {
+      if (ch < '0' || ch > '9') fail("bad size", rule);
+      if (v > (std::numeric_limits<std::size_t>::max() - 9) / 10) fail("size too large", rule);
+      v = v * 10 + static_cast<std::size_t>(ch - '0');
+    }
+    if (v > std::numeric_limits<std::size_t>::max() / mult) fail("size too large", rule);
+    return v * mult;
+  }
+
+  static algo_rule parse_rule(std::string_view rule) {
+    algo_rule r;
+    std::string_view body = rule;
+    if (const auto colon = body.find(':'); colon != std::string_view::npos) {
+      const std::string_view c = body.substr(0, colon);
+      bool found = false;
+      for (int i = 1; i <= static_cast<int>(collective::barrier); ++i)
+        if (name(static_cast<collective>(i)) == c) {
+          r.coll = static_cast<collective>(i);
+          found = true;
+        }
+      if (!found) fail("unknown collective '" + std::string{c} + "'", rule);
+      body = body.substr(colon + 1);
+    }
+    std::string_view range;
+    if (const auto at = body.find('@'); at != std::string_view::npos) {
+      range = body.substr(at + 1);
+      body = body.substr(0, at);
+      const auto dash = range.find('-');
+      if (dash == std::string_view::npos) fail("range without '-'", rule);
+      if (dash > 0) r.lo = parse_bytes(range.substr(0, dash), rule);
+      if (dash + 1 < range.size()) r.hi = parse_bytes(range.substr(dash + 1), rule);
+      if (r.lo >= r.hi) fail("empty range", rule);
+    }
+    bool found = false;
+    for (int i = 0; i < static_cast<int>(policy_id::count_); ++i)
+      if (name(static_cast<policy_id>(i)) == body) {
+        r.policy = static_cast<policy_id>(i);
+        found = true;
+      }
+    if (!found) fail("unknown algorithm '" + std::string{body} + "'", rule);
+    return r;
+  }
+
+  std::vector<algo_rule> rules_;
+};
+
+}  // namespace tutti::detail

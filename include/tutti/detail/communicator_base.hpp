@@ -1,0 +1,323 @@
+#pragma once
+/// \file
+/// The machinery behind tutti::communicator: argument checks, sequence numbers, fingerprints,
+/// dispatch to the algorithm policy, avg's final division, async execution in issue order.
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tutti/core/error.hpp"
+#include "tutti/core/ops.hpp"
+#include "tutti/core/options.hpp"
+#include "tutti/core/reduce.hpp"
+#include "tutti/core/types.hpp"
+#include "tutti/detail/algo_table.hpp"
+#include "tutti/detail/call.hpp"
+#include "tutti/detail/context.hpp"
+#include "tutti/detail/policy_traits.hpp"
+#include "tutti/detail/progress.hpp"
+#include "tutti/work.hpp"
+
+namespace tutti::detail {
+
+template <class Transport, class Algorithm>
+class communicator_base {
+  using ctx_t = context<Transport>;
+  using bytes_in = const std::byte*;
+  using bytes_out = std::byte*;
+
+ protected:
+  communicator_base(Transport t, const options& opts)
+      : s_(std::make_unique<state>(std::move(t), opts)) {}
+
+  [[nodiscard]] int rank() const noexcept { return s_->t.rank(); }
+  [[nodiscard]] int size() const noexcept { return s_->t.size(); }
+  [[nodiscard]] const options& opts() const noexcept { return s_->opts; }
+  [[nodiscard]] Transport& transport() noexcept { return s_->t; }
+
+  template <class T, class Op>
+  work all_reduce_impl(std::span<const T> in, std::span<T> out, Op, bool async) {
+    check_reducible<Op, T>();
+    static_assert(has_all_reduce<Algorithm, Transport>,
+                  "tutti: this algorithm policy does not implement all_reduce on this transport "
+                  "(see the policy table in README.md; tutti::automatic implements everything)");
+    const std::size_t n = in.size();
+    if (out.size() != n) bad_size("all_reduce", out.size(), n);
+    return run(with<T, Op>(collective::all_reduce, n, -1), async,
+               [i = bytes(in), o = bytes(out), n](ctx_t& c) {
+                 Algorithm::all_reduce(c, i, o, n);
+                 c.info().red.finish(o, n, c.size());
+               });
+  }
+
+  template <class T, class Op>
+  work reduce_impl(std::span<const T> in, std::span<T> out, Op, int root, bool async) {
+    check_reducible<Op, T>();
+    static_assert(has_reduce<Algorithm, Transport>,
+                  "tutti: this algorithm policy does not implement reduce on this transport");
+    check_root("reduce", root);
+    const std::size_t n = in.size();
+    if (rank() == root && out.size() != n) bad_size("reduce", out.size(), n);
+    bytes_out o = rank() == root ? bytes(out) : nullptr;
+    return run(with<T, Op>(collective::reduce, n, root), async,
+               [i = bytes(in), o, n, root](ctx_t& c) {
+                 Algorithm::reduce(c, i, o, n, root);
+                 if (c.rank() == root) c.info().red.finish(o, n, c.size());
+               });
+  }
+
+  template <class T>
+  work broadcast_impl(std::span<T> buf, int root, bool async) {
+    static_assert(has_broadcast<Algorithm, Transport>,
+                  "tutti: this algorithm policy does not implement broadcast on this transport");
+    check_root("broadcast", root);
+    const std::size_t n = buf.size();
+    return run(plain<T>(collective::broadcast, n, root), async,
+               [b = bytes(buf), n, root](ctx_t& c) { Algorithm::broadcast(c, b, n, root); });
+  }
+
+  template <class T>
+  work all_gather_impl(std::span<const T> in, std::span<T> out, bool async) {
+    static_assert(has_all_gather<Algorithm, Transport>,
+                  "tutti: this algorithm policy does not implement all_gather on this transport");
+    const std::size_t n = in.size();
+    if (out.size() != n * world()) bad_size("all_gather", out.size(), n * world());
+    return run(plain<T>(collective::all_gather, n, -1), async,
+               [i = bytes(in), o = bytes(out), n](ctx_t& c) { Algorithm::all_gather(c, i, o, n); });
+  }
+  template <class T>
+  work all_gather_in_place(std::span<T> buf, bool async) {
+    if (buf.size() % world() != 0) bad_size("all_gather", buf.size());
+    const std::size_t n = buf.size() / world();
+    return all_gather_impl<T>(buf.subspan(static_cast<std::size_t>(rank()) * n, n), buf, async);
+  }
+
+  template <class T>
+  work gather_impl(std::span<const T> in, std::span<T> out, int root, bool async) {
+    static_assert(has_gather<Algorithm, Transport>,
+                  "tutti: this algorithm policy does not implement gather on this transport");
+    check_root("gather", root);
+    const std::size_t n = in.size();
+    if (rank() == root && out.size() != n * world()) bad_size("gather", out.size(), n * world());
+    bytes_out o = rank() == root ? bytes(out) : nullptr;
+    return run(plain<T>(collective::gather, n, root), async,
+               [i = bytes(in), o, n, root](ctx_t& c) { Algorithm::gather(c, i, o, n, root); });
+  }
+
+  template <class T>
+  work scatter_impl(std::span<const T> in, std::span<T> out, int root, bool async) {
+    static_assert(has_scatter<Algorithm, Transport>,
+                  "tutti: this algorithm policy does not implement scatter on this transport");
+    check_root("scatter", root);
+    const std::size_t n = out.size();
+    if (rank() == root && in.size() != n * world()) bad_size("scatter", in.size(), n * world());
+    bytes_in i = rank() == root ? bytes(in) : nullptr;
+    return run(plain<T>(collective::scatter, n, root), async,
+               [i, o = bytes(out), n, root](ctx_t& c) { Algorithm::scatter(c, i, o, n, root); });
+  }
+
+  template <class T, class Op>
+  work reduce_scatter_impl(std::span<const T> in, std::span<T> out, Op, bool async) {
+    check_reducible<Op, T>();
+    static_assert(has_reduce_scatter<Algorithm, Transport>,
+                  "tutti: this algorithm policy does not implement reduce_scatter on this "
+                  "transport");
+    const std::size_t n = out.size();
+    if (in.size() != n * world()) bad_size("reduce_scatter", in.size(), n * world());
+    return run(with<T, Op>(collective::reduce_scatter, n, -1), async,
+               [i = bytes(in), o = bytes(out), n](ctx_t& c) {
+                 Algorithm::reduce_scatter(c, i, o, n);
+                 c.info().red.finish(o, n, c.size());
+               });
+  }
+
+  template <class T>
+  work all_to_all_impl(std::span<const T> in, std::span<T> out, bool async) {
+    static_assert(has_all_to_all<Algorithm, Transport>,
+                  "tutti: this algorithm policy does not implement all_to_all on this transport");
+    if (in.size() % world() != 0) bad_size("all_to_all", in.size());
+    if (out.size() != in.size()) bad_size("all_to_all", out.size(), in.size());
+    const std::size_t n = in.size() / world();
+    return run(plain<T>(collective::all_to_all, n, -1), async,
+               [i = bytes(in), o = bytes(out), n](ctx_t& c) { Algorithm::all_to_all(c, i, o, n); });
+  }
+
+  template <class T>
+  work vector_impl(collective kind, std::span<const T> in, std::span<T> out,
+                   std::span<const std::size_t> counts, int root, bool async) {
+    const char* what = name(kind).data();
+    if (counts.size() != world())
+      fail_arg(what, "counts has " + std::to_string(counts.size()) + " entries for " +
+                         std::to_string(world()) + " ranks");
+    if (root >= 0 || kind != collective::all_gatherv) check_root(what, root);
+    std::size_t total = 0;
+    for (auto c : counts) total += c;
+    const auto me = static_cast<std::size_t>(rank());
+    const bool gathers = kind != collective::scatterv;
+    const bool holds_all = kind == collective::all_gatherv || rank() == root;
+    if (gathers && in.size() != counts[me]) bad_size(what, in.size(), counts[me]);
+    if (!gathers && out.size() != counts[me]) bad_size(what, out.size(), counts[me]);
+    if (holds_all && (gathers ? out.size() : in.size()) != total)
+      bad_size(what, gathers ? out.size() : in.size(), total);
+    std::vector<std::size_t> cv(counts.begin(), counts.end());
+    call_spec spec = plain<T>(kind, hash_counts(counts), root);
+    bytes_in i = gathers || holds_all ? bytes(in) : nullptr;
+    bytes_out o = !gathers || holds_all ? bytes(out) : nullptr;
+    return run(spec, async, [kind, i, o, cv = std::move(cv), root](ctx_t& c) {
+      const std::span<const std::size_t> cs(cv);
+      if (kind == collective::all_gatherv) {
+        static_assert(has_all_gatherv<Algorithm, Transport>,
+                      "tutti: this algorithm policy does not implement all_gatherv");
+        Algorithm::all_gatherv(c, i, o, cs);
+      } else if (kind == collective::gatherv) {
+        static_assert(has_gatherv<Algorithm, Transport>,
+                      "tutti: this algorithm policy does not implement gatherv");
+        Algorithm::gatherv(c, i, o, cs, root);
+      } else {
+        static_assert(has_scatterv<Algorithm, Transport>,
+                      "tutti: this algorithm policy does not implement scatterv");
+        Algorithm::scatterv(c, i, o, cs, root);
+      }
+    });
+  }
+
+  template <class T>
+  work all_to_allv_impl(std::span<const T> in, std::span<const std::size_t> sc, std::span<T> out,
+                        std::span<const std::size_t> rc, bool async) {
+    static_assert(has_all_to_allv<Algorithm, Transport>,
+                  "tutti: this algorithm policy does not implement all_to_allv on this transport");
+    if (sc.size() != world() || rc.size() != world())
+      fail_arg("all_to_allv", "send_counts and recv_counts need one entry per rank");
+    std::size_t st = 0, rt = 0;
+    for (auto c : sc) st += c;
+    for (auto c : rc) rt += c;
+    if (in.size() != st) bad_size("all_to_allv", in.size(), st);
+    if (out.size() != rt) bad_size("all_to_allv", out.size(), rt);
+    // Counts differ per rank by design: each pair's sizes are checked on its messages.
+    return run(plain<T>(collective::all_to_allv, 0, -1), async,
+               [i = bytes(in), o = bytes(out), s = std::vector<std::size_t>(sc.begin(), sc.end()),
+                r = std::vector<std::size_t>(rc.begin(), rc.end())](ctx_t& c) {
+                 Algorithm::all_to_allv(c, i, std::span<const std::size_t>(s), o,
+                                        std::span<const std::size_t>(r));
+               });
+  }
+
+  work barrier_impl(bool async) {
+    static_assert(has_barrier<Algorithm, Transport>,
+                  "tutti: this algorithm policy does not implement barrier on this transport");
+    return run(plain<std::uint8_t>(collective::barrier, 0, -1), async,
+               [](ctx_t& c) { Algorithm::barrier(c); });
+  }
+
+  void p2p_impl(collective kind, std::span<const std::byte> out, std::span<std::byte> in,
+                int peer, std::uint64_t tag, dtype type) {
+    state& s = *s_;
+    s.queue.drain();
+    call c;
+    c.fp = fingerprint{kind, type, op_kind::none, -1, (out.size() + in.size())};
+    c.seq = s.seq;  // point-to-point calls do not take a collective sequence number
+    if (!s.broken.empty())
+      throw error(errc::aborted, c.name_str(), c.seq, rank(), peer, s.broken);
+    if (peer < 0 || peer >= size() || peer == rank())
+      throw error(errc::invalid_argument, c.name_str(), c.seq, rank(), peer,
+                  "peer must be another rank in [0, " + std::to_string(size()) + ")");
+    const auto deadline = clock::now() + s.opts.timeout;
+    auto req = kind == collective::send ? s.t.isend(peer, out, c, space::p2p, tag)
+                                        : s.t.irecv(peer, in, c, space::p2p, tag);
+    s.t.wait(req, c, deadline);
+  }
+
+  [[noreturn]] void bad_size(const char* what, std::size_t got, std::size_t want = 0) const {
+    fail_arg(what, want == 0 && got != 0
+                       ? "buffer of " + std::to_string(got) + " elements is not a multiple of " +
+                             std::to_string(size()) + " ranks"
+                       : "buffer has " + std::to_string(got) + " elements, needs " +
+                             std::to_string(want));
+  }
+
+ private:
+  struct state {
+    state(Transport tr, const options& o) : t(std::move(tr)), opts(o), overrides(o.algo) {}
+    Transport t;
+    options opts;
+    algo_table overrides;
+    scratch_space scratch;
+    std::uint64_t seq = 0;
+    std::string broken;     // why the communicator can no longer be used; "" while healthy
+    progress_queue queue;  // last: destroyed (and joined) first, while the rest still lives
+  };
+
+  struct call_spec {
+    fingerprint fp;
+    reducer red;
+    std::size_t elem;
+  };
+
+  template <class T, class Op>
+  [[nodiscard]] static call_spec with(collective k, std::size_t n, int root) noexcept {
+    constexpr op_kind kind = std::remove_cvref_t<Op>::kind;
+    return {fingerprint{k, dtype_of<T>, kind, root, n}, make_reducer<kind, T>(), sizeof(T)};
+  }
+  template <class T>
+  [[nodiscard]] static call_spec plain(collective k, std::uint64_t n, int root) noexcept {
+    return {fingerprint{k, dtype_of<T>, op_kind::none, root, n}, reducer{nullptr, nullptr,
+            sizeof(T), op_kind::none}, sizeof(T)};
+  }
+
+  template <class T>
+  static bytes_in bytes(std::span<const T> s) noexcept {
+    return reinterpret_cast<bytes_in>(s.data());
+  }
+  template <class T>
+  static bytes_out bytes(std::span<T> s) noexcept {
+    return reinterpret_cast<bytes_out>(s.data());
+  }
+  [[nodiscard]] std::size_t world() const noexcept { return static_cast<std::size_t>(size()); }
+
+  [[noreturn]] void fail_arg(const char* what, const std::string& why) const {
+    throw error(errc::invalid_argument, what, s_->seq + 1, rank(), -1, why);
+  }
+  void check_root(const char* what, int root) const {
+    if (root < 0 || root >= size())
+      fail_arg(what, "root " + std::to_string(root) + " is not a rank in [0, " +
+                         std::to_string(size()) + ")");
+  }
+
+  /// Numbers the call, then runs it now (after queued async calls) or queues it.
+  template <class Body>
+  work run(const call_spec& spec, bool async, Body body) {
+    state* s = s_.get();
+    call c;
+    c.fp = spec.fp;
+    c.seq = ++s->seq;
+    c.red = spec.red;
+    c.elem_size = spec.elem;
+    auto job = [s, c, body = std::move(body)]() mutable {
+      if (!s->broken.empty())
+        throw error(errc::aborted, c.name_str(), c.seq, s->t.rank(), -1,
+                    "communicator unusable after an earlier error: " + s->broken);
+      try {
+        s->t.publish(c);
+        ctx_t ctx(s->t, c, clock::now() + s->opts.timeout, s->scratch, s->overrides);
+        body(ctx);
+      } catch (const std::exception& e) {
+        s->broken = e.what();
+        throw;
+      }
+    };
+    if (async) return work(s->queue.push(std::move(job)));
+    s->queue.drain();
+    job();
+    return {};
+  }
+
+  std::unique_ptr<state> s_;
+};
+
+}  // namespace tutti::detail

@@ -1,0 +1,139 @@
+#pragma once
+/// \file
+/// What an algorithm sees of one call: ranks, blocking and non-blocking byte messaging with the
+/// call's deadline, the type-erased reduction and scratch space. Algorithms are written once
+/// against this, on bytes; element types never reach them.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "tutti/detail/algo_table.hpp"
+#include "tutti/detail/call.hpp"
+#include "tutti/detail/wait.hpp"
+#include "tutti/transport/concepts.hpp"
+
+namespace tutti::detail {
+
+/// Scratch buffers a communicator keeps between calls, so steady-state calls do not allocate.
+struct scratch_space {
+  std::vector<std::byte> algo;
+  std::vector<std::byte> staging;
+  std::uint64_t segment_rounds = 0;  // alternates the shared segment's halves between rounds
+
+  static std::byte* grow(std::vector<std::byte>& v, std::size_t bytes) {
+    if (v.size() < bytes) v.resize(bytes);
+    return v.data();
+  }
+};
+
+template <class Transport>
+class context {
+ public:
+  using transport_type = Transport;
+  using request = typename Transport::request;
+
+  context(Transport& t, const call& c, clock::time_point deadline, scratch_space& s,
+          const algo_table& overrides) noexcept
+      : t_(t), c_(c), deadline_(deadline), scratch_(s), overrides_(overrides) {}
+
+  [[nodiscard]] int rank() const noexcept { return t_.rank(); }
+  [[nodiscard]] int size() const noexcept { return t_.size(); }
+  [[nodiscard]] const call& info() const noexcept { return c_; }
+  [[nodiscard]] std::size_t elem() const noexcept { return c_.elem_size; }
+  [[nodiscard]] Transport& transport() noexcept { return t_; }
+  [[nodiscard]] clock::time_point deadline() const noexcept { return deadline_; }
+  /// TUTTI_ALGO's rules, for tutti::automatic.
+  [[nodiscard]] const algo_table& overrides() const noexcept { return overrides_; }
+
+  [[nodiscard]] request isend(int peer, const void* p, std::size_t bytes) {
+    return t_.isend(peer, {static_cast<const std::byte*>(p), bytes}, c_, space::collective, 0);
+  }
+  [[nodiscard]] request irecv(int peer, void* p, std::size_t bytes) {
+    return t_.irecv(peer, {static_cast<std::byte*>(p), bytes}, c_, space::collective, 0);
+  }
+  void wait(request& r) { t_.wait(r, c_, deadline_); }
+
+  void send(int peer, const void* p, std::size_t bytes) {
+    auto r = isend(peer, p, bytes);
+    wait(r);
+  }
+  void recv(int peer, void* p, std::size_t bytes) {
+    auto r = irecv(peer, p, bytes);
+    wait(r);
+  }
+  /// Sends to `to` and receives from `from` at the same time (either may equal the other).
+  void sendrecv(int to, const void* sp, std::size_t sbytes, int from, void* rp,
+                std::size_t rbytes) {
+    auto rr = irecv(from, rp, rbytes);
+    auto sr = isend(to, sp, sbytes);
+    wait(rr);
+    wait(sr);
+  }
+
+  /// `inout = inout op message from "from"`, fused where the transport can.
+  void recv_reduce(int from, void* inout, std::size_t bytes) {
+    auto r = irecv_reduce(from, inout, bytes);
+    wait(r);
+    finish_reduce(inout, bytes);
+  }
+  /// Sends `sp` to `to` while reducing the message from `from` into `inout`.
+  void sendrecv_reduce(int to, const void* sp, std::size_t sbytes, int from, void* inout,
+                       std::size_t rbytes) {
+    auto rr = irecv_reduce(from, inout, rbytes);
+    auto sr = isend(to, sp, sbytes);
+    wait(rr);
+    wait(sr);
+    finish_reduce(inout, rbytes);
+  }
+
+  /// d = a op b over `bytes` bytes of elements.
+  void reduce(void* d, const void* a, const void* b, std::size_t bytes) const noexcept {
+    c_.red(d, a, b, bytes / c_.elem_size);
+  }
+
+  /// Which half of the shared segment the next round uses (0 or 1). Consecutive rounds
+  /// alternate, so a rank may start writing round k + 1 while peers still read round k.
+  [[nodiscard]] std::size_t next_segment_half() noexcept { return scratch_.segment_rounds++ % 2; }
+
+  /// Scratch memory for the algorithm, valid until the call returns.
+  [[nodiscard]] std::byte* scratch(std::size_t bytes) {
+    return scratch_space::grow(scratch_.algo, bytes);
+  }
+
+ private:
+  request irecv_reduce(int from, void* inout, std::size_t bytes) {
+    if constexpr (fused_receive<Transport>) {
+      return t_.irecv_reduce(from, {static_cast<std::byte*>(inout), bytes}, c_);
+    } else {
+      return irecv(from, scratch_space::grow(scratch_.staging, bytes), bytes);
+    }
+  }
+  void finish_reduce(void* inout, std::size_t bytes) {
+    if constexpr (!fused_receive<Transport>) reduce(inout, inout, scratch_.staging.data(), bytes);
+  }
+
+  Transport& t_;
+  const call& c_;
+  clock::time_point deadline_;
+  scratch_space& scratch_;
+  const algo_table& overrides_;
+};
+
+/// Splits `count` elements into `parts` blocks as evenly as possible; block i starts at
+/// `offset(i)` and holds `length(i)` elements.
+struct blocks {
+  std::size_t count;
+  std::size_t parts;
+  [[nodiscard]] std::size_t offset(std::size_t i) const noexcept {
+    const std::size_t q = count / parts, r = count % parts;
+    return i * q + (i < r ? i : r);
+  }
+  [[nodiscard]] std::size_t length(std::size_t i) const noexcept {
+    return count / parts + (i < count % parts ? 1 : 0);
+  }
+};
+
+}  // namespace tutti::detail

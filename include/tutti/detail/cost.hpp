@@ -1,0 +1,15 @@
+#pragma once
+/// \file
+/// The α-β-γ cost model's parameters (Thakur, Rabenseifner & Gropp 2005): a message of n bytes
+/// costs α + nβ, reducing n bytes costs nγ.
+
+namespace tutti {
+
+/// Per-transport defaults, in microseconds and microseconds per byte.
+struct cost_model {
+  double alpha_us = 1.0;
+  double beta_us_per_byte = 1e-4;
+  double gamma_us_per_byte = 1e-4;
+};
+
+}  // namespace tutti

@@ -1,0 +1,195 @@
+#pragma once
+/// \file
+/// Shared state of an in-process world: per-rank doorbells and call boards, per-pair message
+/// channels, the abort flag, a barrier and the shared segment. Ranks are threads.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tutti/core/error.hpp"
+#include "tutti/detail/board.hpp"
+#include "tutti/detail/call.hpp"
+#include "tutti/detail/wait.hpp"
+
+namespace tutti::detail {
+
+/// One posted send or receive. Lives on the heap, owned by its request, and never moves while
+/// a channel can see it.
+struct inproc_message {
+  enum : std::uint32_t { posted, claimed, done, failed };
+  const std::byte* send_buf = nullptr;
+  std::byte* recv_buf = nullptr;
+  std::size_t bytes = 0;
+  const reducer* fuse = nullptr;  // receive side: recv_buf = recv_buf op message
+  std::uint64_t tag = 0;
+  std::uint64_t seq = 0;
+  fingerprint fp;
+  int owner = 0;
+  std::atomic<std::uint32_t> state{posted};
+  std::string error;  // written before state becomes `failed`
+};
+
+struct inproc_channel {
+  std::mutex mu;
+  std::deque<inproc_message*> sends;
+  std::deque<inproc_message*> recvs;
+};
+
+struct inproc_rank_state {
+  doorbell bell;
+  call_board_row board;
+};
+
+class inproc_world {
+ public:
+  explicit inproc_world(int n, std::size_t segment_bytes = std::size_t{1} << 20)
+      : n_(n),
+        ranks_(std::make_unique<inproc_rank_state[]>(static_cast<std::size_t>(n))),
+        channels_(std::make_unique<inproc_channel[]>(static_cast<std::size_t>(2 * n * n))),
+        segment_bytes_(segment_bytes),
+        segments_(static_cast<std::size_t>(n)) {
+    // Default-initialised (not zeroed): pages are touched only when a direct algorithm uses them.
+    for (auto& seg : segments_) seg.reset(new std::byte[segment_bytes_]);
+  }
+
+  [[nodiscard]] int size() const noexcept { return n_; }
+  [[nodiscard]] inproc_rank_state& rank_state(int r) noexcept { return ranks_[idx(r)]; }
+  [[nodiscard]] inproc_channel& channel(int src, int dst, space s) noexcept {
+    return channels_[idx((static_cast<int>(s) * n_ + src) * n_ + dst)];
+  }
+
+  /// Posts `m` on the channel and, if its partner is already there, completes both.
+  void post(inproc_channel& ch, inproc_message* m, bool is_send, space s) {
+    inproc_message* partner = nullptr;
+    {
+      std::lock_guard lock(ch.mu);
+      auto& other = is_send ? ch.recvs : ch.sends;
+      for (auto it = other.begin(); it != other.end(); ++it) {
+        if (s == space::collective || (*it)->tag == m->tag) {
+          partner = *it;
+          other.erase(it);
+          break;
+        }
+      }
+      if (partner == nullptr) {
+        (is_send ? ch.sends : ch.recvs).push_back(m);
+        return;
+      }
+      partner->state.store(inproc_message::claimed, std::memory_order_relaxed);
+      m->state.store(inproc_message::claimed, std::memory_order_relaxed);
+    }
+    transfer(is_send ? m : partner, is_send ? partner : m, s);
+  }
+
+  /// Takes `m` back if no partner claimed it yet; otherwise waits for the transfer in flight
+  /// (it never blocks on anything but a copy). Used when a request dies unwaited.
+  void cancel(inproc_channel& ch, inproc_message* m, bool is_send) noexcept {
+    {
+      std::lock_guard lock(ch.mu);
+      auto& mine = is_send ? ch.sends : ch.recvs;
+      for (auto it = mine.begin(); it != mine.end(); ++it)
+        if (*it == m) {
+          mine.erase(it);
+          return;
+        }
+    }
+    while (m->state.load(std::memory_order_acquire) == inproc_message::claimed) cpu_relax();
+  }
+
+  /// Fails every rank's waits with `code` and `what`. The first abort wins; later ones keep it.
+  void abort(errc code, const std::string& what) {
+    {
+      std::lock_guard lock(abort_mu_);
+      if (!aborted_.load(std::memory_order_relaxed)) {
+        abort_code_ = code;
+        abort_what_ = what;
+        aborted_.store(true, std::memory_order_release);
+      }
+    }
+    for (int r = 0; r < n_; ++r) ranks_[idx(r)].bell.ring(false);
+  }
+  [[nodiscard]] bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
+  [[nodiscard]] std::pair<errc, std::string> abort_reason() {
+    std::lock_guard lock(abort_mu_);
+    return {abort_code_, abort_what_};
+  }
+
+  // Generation barrier over all ranks.
+  [[nodiscard]] std::uint32_t barrier_generation() const noexcept {
+    return barrier_gen_.load(std::memory_order_acquire);
+  }
+  /// Returns true for the last rank to arrive, which has released the others.
+  bool barrier_arrive() noexcept {
+    if (barrier_arrived_.fetch_add(1, std::memory_order_acq_rel) != static_cast<std::uint32_t>(n_ - 1))
+      return false;
+    barrier_arrived_.store(0, std::memory_order_relaxed);
+    barrier_gen_.fetch_add(1, std::memory_order_acq_rel);
+    for (int r = 0; r < n_; ++r) ranks_[idx(r)].bell.ring(false);
+    return true;
+  }
+
+  [[nodiscard]] std::size_t segment_bytes() const noexcept { return segment_bytes_; }
+  [[nodiscard]] std::byte* segment(int r) noexcept { return segments_[idx(r)].get(); }
+
+ private:
+  static std::size_t idx(int i) noexcept { return static_cast<std::size_t>(i); }
+
+  void transfer(inproc_message* snd, inproc_message* rcv, space s) {
+    std::string problem;
+    if (s == space::collective && (snd->seq != rcv->seq || !(snd->fp == rcv->fp))) {
+      problem = snd->seq == rcv->seq
+                    ? mismatch_text(rcv->owner, rcv->fp, snd->owner, snd->fp)
+                    : "mismatched collective: rank " + std::to_string(rcv->owner) +
+                          " is in call #" + std::to_string(rcv->seq) + " " +
+                          rcv->fp.describe() + " but rank " + std::to_string(snd->owner) +
+                          " sent from call #" + std::to_string(snd->seq) + " " +
+                          snd->fp.describe();
+    } else if (snd->bytes != rcv->bytes) {
+      problem = "message size mismatch: rank " + std::to_string(snd->owner) + " sent " +
+                std::to_string(snd->bytes) + " bytes but rank " + std::to_string(rcv->owner) +
+                " expected " + std::to_string(rcv->bytes);
+    }
+    if (!problem.empty()) {
+      snd->error = problem;
+      rcv->error = problem;
+      finish(snd, inproc_message::failed);
+      finish(rcv, inproc_message::failed);
+      if (s == space::collective) abort(errc::mismatch, problem);
+      return;
+    }
+    if (rcv->fuse != nullptr)
+      (*rcv->fuse)(rcv->recv_buf, rcv->recv_buf, snd->send_buf,
+                   snd->bytes / rcv->fuse->elem_size);
+    else if (snd->bytes != 0)
+      std::memcpy(rcv->recv_buf, snd->send_buf, snd->bytes);
+    finish(snd, inproc_message::done);
+    finish(rcv, inproc_message::done);
+  }
+
+  void finish(inproc_message* m, std::uint32_t state) noexcept {
+    const int owner = m->owner;  // m may be freed by its owner once the state is stored
+    m->state.store(state, std::memory_order_release);
+    ranks_[idx(owner)].bell.ring(false);
+  }
+
+  int n_;
+  std::unique_ptr<inproc_rank_state[]> ranks_;
+  std::unique_ptr<inproc_channel[]> channels_;
+  std::atomic<bool> aborted_{false};
+  std::mutex abort_mu_;
+  errc abort_code_ = errc::aborted;
+  std::string abort_what_;
+  std::atomic<std::uint32_t> barrier_arrived_{0};
+  std::atomic<std::uint32_t> barrier_gen_{0};
+  std::size_t segment_bytes_;
+  std::vector<std::unique_ptr<std::byte[]>> segments_;
+};
+
+}  // namespace tutti::detail

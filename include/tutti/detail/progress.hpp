@@ -1,0 +1,89 @@
+#pragma once
+/// \file
+/// A communicator's progress thread: runs async collectives one at a time, in issue order.
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "tutti/work.hpp"
+
+namespace tutti::detail {
+
+class progress_queue {
+ public:
+  progress_queue() = default;
+  progress_queue(const progress_queue&) = delete;
+  progress_queue& operator=(const progress_queue&) = delete;
+  ~progress_queue() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();  // runs what is queued first: nothing is lost
+  }
+
+  /// Queues `job`; its outcome completes the returned state.
+  std::shared_ptr<work_state> push(std::function<void()> job) {
+    auto state = std::make_shared<work_state>();
+    {
+      std::lock_guard lock(mu_);
+      if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+      jobs_.push_back({std::move(job), state});
+      ++pending_;
+    }
+    cv_.notify_all();
+    return state;
+  }
+
+  /// Blocks until every queued job has run.
+  void drain() {
+    std::unique_lock lock(mu_);
+    idle_cv_.wait(lock, [this] { return pending_ == 0; });
+  }
+
+  [[nodiscard]] bool busy() {
+    std::lock_guard lock(mu_);
+    return pending_ != 0;
+  }
+
+ private:
+  struct item {
+    std::function<void()> job;
+    std::shared_ptr<work_state> state;
+  };
+
+  void loop() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      item it = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        it.job();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      it.state->complete(error);
+      lock.lock();
+      if (--pending_ == 0) idle_cv_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::condition_variable idle_cv_;
+  std::deque<item> jobs_;
+  std::size_t pending_ = 0;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace tutti::detail

@@ -1,0 +1,107 @@
+#pragma once
+/// \file
+/// Recursive doubling and halving over the largest power of two pof2 <= p. The first
+/// 2 * (p - pof2) ranks pair up (even r folds into r + 1) so pof2 "new ranks" remain; new rank
+/// g is old rank 2g + 1 for g < rem and g + rem otherwise.
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "tutti/detail/schedules.hpp"
+
+namespace tutti::detail {
+
+struct fold {
+  int pof2 = 1;
+  int rem = 0;
+  int newrank = -1;  // -1: this rank folded its data into its neighbour and sits out
+
+  explicit fold(int p, int r) {
+    while (pof2 * 2 <= p) pof2 *= 2;
+    rem = p - pof2;
+    if (r < 2 * rem)
+      newrank = (r % 2 == 0) ? -1 : r / 2;
+    else
+      newrank = r - rem;
+  }
+  [[nodiscard]] int old_rank(int g) const noexcept { return g < rem ? 2 * g + 1 : g + rem; }
+};
+
+/// Recursive halving reduce-scatter in place on `buf` over pof2 groups of bytes
+/// [goff[g], goff[g+1]): new rank g ends with group g reduced. Only active ranks call it.
+template <class Ctx>
+void halving_reduce_scatter(Ctx& c, std::byte* buf, std::span<const std::size_t> goff,
+                            const fold& f) {
+  int lo = 0, hi = f.pof2;
+  for (int mask = f.pof2 / 2; mask >= 1; mask /= 2) {
+    const int partner = f.old_rank(f.newrank ^ mask);
+    const int mid = lo + (hi - lo) / 2;
+    const bool upper = (f.newrank & mask) != 0;
+    const int keep_lo = upper ? mid : lo, keep_hi = upper ? hi : mid;
+    const int send_lo = upper ? lo : mid, send_hi = upper ? mid : hi;
+    const auto sl = static_cast<std::size_t>(send_lo), sh = static_cast<std::size_t>(send_hi);
+    const auto kl = static_cast<std::size_t>(keep_lo), kh = static_cast<std::size_t>(keep_hi);
+    c.sendrecv_reduce(partner, buf + goff[sl], goff[sh] - goff[sl], partner, buf + goff[kl],
+                      goff[kh] - goff[kl]);
+    lo = keep_lo;
+    hi = keep_hi;
+  }
+}
+
+/// Recursive doubling all-gather in place on `buf`: new rank g holds group g; afterwards every
+/// active rank holds all groups.
+template <class Ctx>
+void doubling_all_gather(Ctx& c, std::byte* buf, std::span<const std::size_t> goff,
+                         const fold& f) {
+  for (int mask = 1; mask < f.pof2; mask *= 2) {
+    const int partner_new = f.newrank ^ mask;
+    const int partner = f.old_rank(partner_new);
+    const auto my_lo = static_cast<std::size_t>(f.newrank & ~(mask - 1));
+    const auto their_lo = static_cast<std::size_t>(partner_new & ~(mask - 1));
+    const auto m = static_cast<std::size_t>(mask);
+    c.sendrecv(partner, buf + goff[my_lo], goff[my_lo + m] - goff[my_lo], partner,
+               buf + goff[their_lo], goff[their_lo + m] - goff[their_lo]);
+  }
+}
+
+/// Folds the first 2 * rem ranks pairwise: even r sends `buf` to r + 1, which reduces it in.
+template <class Ctx>
+void fold_in(Ctx& c, std::byte* buf, std::size_t bytes, const fold& f) {
+  const int r = c.rank();
+  if (r >= 2 * f.rem) return;
+  if (r % 2 == 0)
+    c.send(r + 1, buf, bytes);
+  else
+    c.recv_reduce(r - 1, buf, bytes);
+}
+
+/// Undoes fold_in: odd r sends the finished `buf` back to r - 1.
+template <class Ctx>
+void fold_out(Ctx& c, std::byte* buf, std::size_t bytes, const fold& f) {
+  const int r = c.rank();
+  if (r >= 2 * f.rem) return;
+  if (r % 2 == 0)
+    c.recv(r + 1, buf, bytes);
+  else
+    c.send(r - 1, buf, bytes);
+}
+
+/// Recursive doubling all-reduce of `bytes` in place on `buf` (lg p steps of the whole vector).
+template <class Ctx>
+void doubling_all_reduce(Ctx& c, std::byte* buf, std::size_t bytes) {
+  const fold f(c.size(), c.rank());
+  fold_in(c, buf, bytes, f);
+  if (f.newrank >= 0) {
+    std::byte* tmp = c.scratch(bytes);
+    for (int mask = 1; mask < f.pof2; mask *= 2) {
+      const int partner = f.old_rank(f.newrank ^ mask);
+      // Receive into scratch, not fused: the partner is reading `buf` at the same time.
+      c.sendrecv(partner, buf, bytes, partner, tmp, bytes);
+      c.reduce(buf, buf, tmp, bytes);
+    }
+  }
+  fold_out(c, buf, bytes, f);
+}
+
+}  // namespace tutti::detail

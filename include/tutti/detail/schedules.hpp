@@ -1,0 +1,223 @@
+#pragma once
+/// \file
+/// Byte-level schedules several policies share: ring, binomial tree, linear, pairwise and
+/// dissemination patterns. Offsets and lengths are in bytes unless named otherwise.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "tutti/detail/context.hpp"
+
+namespace tutti::detail {
+
+inline int mod(int a, int p) noexcept { return ((a % p) + p) % p; }
+
+inline void copy_bytes(void* d, const void* s, std::size_t n) noexcept {
+  if (n != 0 && d != s) std::memmove(d, s, n);
+}
+
+/// Ring all-gather of variable blocks: block r lives at out + off[r] (off has p + 1 entries)
+/// and this rank's block is already in place. p - 1 steps; each rank sends what it last got.
+template <class Ctx>
+void ring_all_gatherv(Ctx& c, std::byte* out, std::span<const std::size_t> off) {
+  const int p = c.size(), r = c.rank();
+  const int right = mod(r + 1, p), left = mod(r - 1, p);
+  for (int s = 0; s < p - 1; ++s) {
+    const auto sb = static_cast<std::size_t>(mod(r - s, p));
+    const auto rb = static_cast<std::size_t>(mod(r - s - 1, p));
+    c.sendrecv(right, out + off[sb], off[sb + 1] - off[sb], left, out + off[rb],
+               off[rb + 1] - off[rb]);
+  }
+}
+
+/// Ring reduce-scatter in place on `buf`, whose p blocks start at off[0..p]: afterwards this
+/// rank's block r holds the reduction of everyone's block r.
+template <class Ctx>
+void ring_reduce_scatter(Ctx& c, std::byte* buf, std::span<const std::size_t> off) {
+  const int p = c.size(), r = c.rank();
+  const int right = mod(r + 1, p), left = mod(r - 1, p);
+  for (int s = 0; s < p - 1; ++s) {
+    const auto sb = static_cast<std::size_t>(mod(r - s - 1, p));
+    const auto rb = static_cast<std::size_t>(mod(r - s - 2, p));
+    c.sendrecv_reduce(right, buf + off[sb], off[sb + 1] - off[sb], left, buf + off[rb],
+                      off[rb + 1] - off[rb]);
+  }
+}
+
+/// Byte offsets of `count` elements split evenly into p blocks.
+template <class Ctx>
+std::vector<std::size_t> even_offsets(const Ctx& c, std::size_t count, int parts) {
+  const blocks b{count, static_cast<std::size_t>(parts)};
+  std::vector<std::size_t> off(static_cast<std::size_t>(parts) + 1);
+  for (std::size_t i = 0; i <= static_cast<std::size_t>(parts); ++i)
+    off[i] = (i == static_cast<std::size_t>(parts) ? count : b.offset(i)) * c.elem();
+  return off;
+}
+
+/// Byte offsets of p equal blocks of `bytes` each.
+inline std::vector<std::size_t> equal_offsets(std::size_t bytes, int p) {
+  std::vector<std::size_t> off(static_cast<std::size_t>(p) + 1);
+  for (std::size_t i = 0; i < off.size(); ++i) off[i] = i * bytes;
+  return off;
+}
+
+/// Byte offsets of blocks of `counts[i]` elements.
+template <class Ctx>
+std::vector<std::size_t> count_offsets(const Ctx& c, std::span<const std::size_t> counts) {
+  std::vector<std::size_t> off(counts.size() + 1, 0);
+  for (std::size_t i = 0; i < counts.size(); ++i) off[i + 1] = off[i] + counts[i] * c.elem();
+  return off;
+}
+
+/// Binomial-tree broadcast of `bytes` at `buf` from `root`: lg p rounds.
+template <class Ctx>
+void binomial_broadcast(Ctx& c, std::byte* buf, std::size_t bytes, int root) {
+  const int p = c.size(), v = mod(c.rank() - root, p);
+  int mask = 1;
+  while (mask < p) {
+    if (v & mask) {
+      c.recv(mod(v - mask + root, p), buf, bytes);
+      break;
+    }
+    mask <<= 1;
+  }
+  for (mask >>= 1; mask > 0; mask >>= 1)
+    if (v + mask < p) c.send(mod(v + mask + root, p), buf, bytes);
+}
+
+/// Binomial-tree reduction to `root`: `acc` holds this rank's contribution and, on the root,
+/// ends holding the result. Non-roots' `acc` is clobbered.
+template <class Ctx>
+void binomial_reduce(Ctx& c, std::byte* acc, std::size_t bytes, int root) {
+  const int p = c.size(), v = mod(c.rank() - root, p);
+  for (int mask = 1; mask < p; mask <<= 1) {
+    if (v & mask) {
+      c.send(mod(v - mask + root, p), acc, bytes);
+      return;
+    }
+    if (v + mask < p) c.recv_reduce(mod(v + mask + root, p), acc, bytes);
+  }
+}
+
+/// Binomial gather of equal blocks of `bytes` to `root`'s `out` (p blocks, rank order).
+template <class Ctx>
+void binomial_gather(Ctx& c, const std::byte* in, std::byte* out, std::size_t bytes, int root) {
+  const int p = c.size(), v = mod(c.rank() - root, p);
+  // tmp holds the blocks of virtual ranks v, v+1, ... in that order.
+  std::byte* tmp = c.scratch(bytes * static_cast<std::size_t>(p));
+  copy_bytes(tmp, in, bytes);
+  std::size_t held = 1;
+  for (int mask = 1; mask < p; mask <<= 1) {
+    if (v & mask) {
+      c.send(mod(v - mask + root, p), tmp, held * bytes);
+      return;
+    }
+    if (v + mask < p) {
+      const auto child = static_cast<std::size_t>(std::min(mask, p - (v + mask)));
+      c.recv(mod(v + mask + root, p), tmp + held * bytes, child * bytes);
+      held += child;
+    }
+  }
+  for (int i = 0; i < p; ++i)
+    copy_bytes(out + static_cast<std::size_t>(mod(i + root, p)) * bytes,
+               tmp + static_cast<std::size_t>(i) * bytes, bytes);
+}
+
+/// Binomial scatter of equal blocks of `bytes` from `root`'s `in` (p blocks, rank order).
+template <class Ctx>
+void binomial_scatter(Ctx& c, const std::byte* in, std::byte* out, std::size_t bytes, int root) {
+  const int p = c.size(), v = mod(c.rank() - root, p);
+  std::byte* tmp = c.scratch(bytes * static_cast<std::size_t>(p));
+  int mask = 1;
+  if (v == 0) {
+    for (int i = 0; i < p; ++i)
+      copy_bytes(tmp + static_cast<std::size_t>(i) * bytes,
+                 in + static_cast<std::size_t>(mod(i + root, p)) * bytes, bytes);
+    while (mask < p) mask <<= 1;
+  } else {
+    while (!(v & mask)) mask <<= 1;
+    const auto mine = static_cast<std::size_t>(std::min(mask, p - v));
+    c.recv(mod(v - mask + root, p), tmp, mine * bytes);
+  }
+  for (mask >>= 1; mask > 0; mask >>= 1)
+    if (v + mask < p) {
+      const auto child = static_cast<std::size_t>(std::min(mask, p - (v + mask)));
+      c.send(mod(v + mask + root, p), tmp + static_cast<std::size_t>(mask) * bytes,
+             child * bytes);
+    }
+  copy_bytes(out, tmp, bytes);
+}
+
+/// Linear gather of blocks (byte offsets `off` into root's `out`): every rank sends to root,
+/// which posts all receives at once.
+template <class Ctx>
+void linear_gatherv(Ctx& c, const std::byte* in, std::byte* out,
+                    std::span<const std::size_t> off, int root) {
+  const int p = c.size(), r = c.rank();
+  const auto me = static_cast<std::size_t>(r);
+  if (r != root) {
+    c.send(root, in, off[me + 1] - off[me]);
+    return;
+  }
+  std::vector<typename Ctx::request> reqs;
+  reqs.reserve(static_cast<std::size_t>(p));
+  for (int q = 0; q < p; ++q) {
+    const auto i = static_cast<std::size_t>(q);
+    if (q != r) reqs.push_back(c.irecv(q, out + off[i], off[i + 1] - off[i]));
+  }
+  copy_bytes(out + off[me], in, off[me + 1] - off[me]);
+  for (auto& q : reqs) c.wait(q);
+}
+
+/// Linear scatter of blocks (byte offsets `off` into root's `in`).
+template <class Ctx>
+void linear_scatterv(Ctx& c, const std::byte* in, std::byte* out,
+                     std::span<const std::size_t> off, int root) {
+  const int p = c.size(), r = c.rank();
+  const auto me = static_cast<std::size_t>(r);
+  if (r != root) {
+    c.recv(root, out, off[me + 1] - off[me]);
+    return;
+  }
+  std::vector<typename Ctx::request> reqs;
+  reqs.reserve(static_cast<std::size_t>(p));
+  for (int q = 0; q < p; ++q) {
+    const auto i = static_cast<std::size_t>(q);
+    if (q != r) reqs.push_back(c.isend(q, in + off[i], off[i + 1] - off[i]));
+  }
+  copy_bytes(out, in + off[me], off[me + 1] - off[me]);
+  for (auto& q : reqs) c.wait(q);
+}
+
+/// Pairwise exchange all-to-all: step s sends to r + s and receives from r - s. `in` may
+/// equal `out` (the input is staged first).
+template <class Ctx>
+void pairwise_all_to_allv(Ctx& c, const std::byte* in, std::span<const std::size_t> soff,
+                          std::byte* out, std::span<const std::size_t> roff) {
+  const int p = c.size(), r = c.rank();
+  if (in == out) {
+    std::byte* tmp = c.scratch(soff.back());
+    copy_bytes(tmp, in, soff.back());
+    in = tmp;
+  }
+  const auto me = static_cast<std::size_t>(r);
+  copy_bytes(out + roff[me], in + soff[me], soff[me + 1] - soff[me]);
+  for (int s = 1; s < p; ++s) {
+    const auto to = static_cast<std::size_t>(mod(r + s, p));
+    const auto from = static_cast<std::size_t>(mod(r - s, p));
+    c.sendrecv(static_cast<int>(to), in + soff[to], soff[to + 1] - soff[to],
+               static_cast<int>(from), out + roff[from], roff[from + 1] - roff[from]);
+  }
+}
+
+/// Dissemination barrier: ceil(lg p) rounds of empty messages.
+template <class Ctx>
+void dissemination_barrier(Ctx& c) {
+  const int p = c.size(), r = c.rank();
+  for (int k = 1; k < p; k <<= 1) c.sendrecv(mod(r + k, p), nullptr, 0, mod(r - k, p), nullptr, 0);
+}
+
+}  // namespace tutti::detail

@@ -1,0 +1,115 @@
+#pragma once
+/// \file
+/// Spin-then-sleep waiting on a doorbell word: ranks may outnumber cores, so a waiter spins
+/// briefly, yields, then sleeps on a futex in bounded slices, polling for deadlines and aborts.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <thread>
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <ctime>
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace tutti::detail {
+
+using clock = std::chrono::steady_clock;
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+/// Sleeps while `word == expected`, at most `limit`. `shared` selects a futex usable across
+/// processes (the word lives in shared memory).
+inline void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
+                       std::chrono::nanoseconds limit, bool shared) noexcept {
+#if defined(__linux__)
+  static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(limit.count() / 1'000'000'000);
+  ts.tv_nsec = static_cast<long>(limit.count() % 1'000'000'000);
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word),
+          shared ? FUTEX_WAIT : FUTEX_WAIT_PRIVATE, expected, &ts, nullptr, 0);
+#else
+  (void)shared;
+  if (word.load(std::memory_order_acquire) == expected)
+    std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(limit, std::chrono::microseconds(50)));
+#endif
+}
+
+inline void futex_wake_all(std::atomic<std::uint32_t>& word, bool shared) noexcept {
+#if defined(__linux__)
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word),
+          shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE, 0x7fffffff, nullptr, nullptr, 0);
+#else
+  (void)word;
+  (void)shared;
+#endif
+}
+
+/// A word that changes whenever something a waiter may be waiting for changes. Standard layout,
+/// no pointers: it may live in shared memory.
+struct doorbell {
+  std::atomic<std::uint32_t> ring_count{0};
+  std::atomic<std::uint32_t> sleepers{0};
+
+  /// Wakes everyone sleeping on this doorbell. Call after publishing the state change.
+  void ring(bool shared) noexcept {
+    ring_count.fetch_add(1, std::memory_order_seq_cst);
+    if (sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(ring_count, shared);
+  }
+};
+
+/// How long to spin and sleep. Spinning is short because ranks may outnumber cores.
+struct wait_tuning {
+  int spins = 256;                                    // pause loops before yielding
+  int yields = 16;                                    // sched_yield calls before sleeping
+  std::chrono::milliseconds slice{20};                // longest single sleep between polls
+};
+
+/// Waits until `ready()` holds. `poll()` runs before every sleep and may throw (deadline
+/// passed, communicator aborted, peer dead, mismatch seen).
+template <class Ready, class Poll>
+void wait_on(doorbell& bell, bool shared, Ready&& ready, Poll&& poll,
+             const wait_tuning& tune = {}) {
+  for (int i = 0; i < tune.spins; ++i) {
+    if (ready()) return;
+    cpu_relax();
+  }
+  for (int i = 0; i < tune.yields; ++i) {
+    if (ready()) return;
+    std::this_thread::yield();
+  }
+  for (;;) {
+    bell.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const std::uint32_t seen = bell.ring_count.load(std::memory_order_seq_cst);
+    if (ready()) {
+      bell.sleepers.fetch_sub(1, std::memory_order_relaxed);
+      return;
+    }
+    try {
+      poll();
+    } catch (...) {
+      bell.sleepers.fetch_sub(1, std::memory_order_relaxed);
+      throw;
+    }
+    futex_wait(bell.ring_count, seen, tune.slice, shared);
+    bell.sleepers.fetch_sub(1, std::memory_order_relaxed);
+    if (ready()) return;
+  }
+}
+
+}  // namespace tutti::detail

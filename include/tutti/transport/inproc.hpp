@@ -1,0 +1,255 @@
+#pragma once
+/// \file
+/// tutti::inproc: ranks are threads of one process. Models point_to_point (single-copy
+/// rendezvous: whichever side arrives second copies or reduces), fused_receive and
+/// shared_segment. `inproc::run` starts a world of threads, one communicator each.
+
+#include <atomic>
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "tutti/communicator.hpp"
+#include "tutti/core/error.hpp"
+#include "tutti/detail/cost.hpp"
+#include "tutti/detail/inproc_world.hpp"
+#include "tutti/transport/concepts.hpp"
+
+namespace tutti {
+
+class inproc {
+ public:
+  using memory_space = host_memory;
+  /// Defaults for tutti::automatic: a futex hand-off per message, memcpy-speed bytes.
+  static constexpr cost_model costs{.alpha_us = 2.0,
+                                    .beta_us_per_byte = 1.0 / 8000.0,
+                                    .gamma_us_per_byte = 1.0 / 8000.0};
+
+  /// A posted send or receive. Waiting is done through `inproc::wait`; a request destroyed
+  /// unwaited withdraws its message (or waits for a copy already under way).
+  class request {
+   public:
+    request() = default;
+    request(request&&) noexcept = default;
+    request& operator=(request&& o) noexcept {
+      if (this != &o) {
+        release();
+        msg_ = std::move(o.msg_);
+        world_ = std::move(o.world_);
+        channel_ = o.channel_;
+        is_send_ = o.is_send_;
+        peer_ = o.peer_;
+      }
+      return *this;
+    }
+    ~request() { release(); }
+    [[nodiscard]] bool done() const noexcept {
+      return !msg_ || msg_->state.load(std::memory_order_acquire) >= detail::inproc_message::done;
+    }
+
+   private:
+    friend class inproc;
+    void release() noexcept {
+      if (msg_ && !done()) world_->cancel(*channel_, msg_.get(), is_send_);
+      msg_.reset();
+    }
+    std::unique_ptr<detail::inproc_message> msg_;
+    std::shared_ptr<detail::inproc_world> world_;
+    detail::inproc_channel* channel_ = nullptr;
+    bool is_send_ = false;
+    int peer_ = -1;
+  };
+
+  inproc(std::shared_ptr<detail::inproc_world> world, int rank)
+      : world_(std::move(world)), rank_(rank) {}
+
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] int size() const noexcept { return world_->size(); }
+
+  [[nodiscard]] request isend(int peer, std::span<const std::byte> data, const detail::call& c,
+                              detail::space s, std::uint64_t tag) {
+    request r = make(peer, c, s, tag, true);
+    r.msg_->send_buf = data.data();
+    r.msg_->bytes = data.size();
+    world_->post(*r.channel_, r.msg_.get(), true, s);
+    return r;
+  }
+
+  [[nodiscard]] request irecv(int peer, std::span<std::byte> data, const detail::call& c,
+                              detail::space s, std::uint64_t tag) {
+    request r = make(peer, c, s, tag, false);
+    r.msg_->recv_buf = data.data();
+    r.msg_->bytes = data.size();
+    world_->post(*r.channel_, r.msg_.get(), false, s);
+    return r;
+  }
+
+  /// Receives a message and reduces it into `data` with the call's reducer, in one pass.
+  [[nodiscard]] request irecv_reduce(int peer, std::span<std::byte> data, const detail::call& c) {
+    request r = make(peer, c, detail::space::collective, 0, false);
+    r.msg_->recv_buf = data.data();
+    r.msg_->bytes = data.size();
+    r.msg_->fuse = &c.red;
+    world_->post(*r.channel_, r.msg_.get(), false, detail::space::collective);
+    return r;
+  }
+
+  /// Waits for `r` until `deadline`; raises tutti::error on failure, abort or timeout.
+  void wait(request& r, const detail::call& c, detail::clock::time_point deadline) {
+    if (!r.msg_) return;
+    auto* m = r.msg_.get();
+    auto ready = [m] {
+      return m->state.load(std::memory_order_acquire) >= detail::inproc_message::done;
+    };
+    if (!ready())
+      detail::wait_on(world_->rank_state(rank_).bell, false, ready,
+                      [&] { poll(c, deadline, r.peer_); });
+    if (m->state.load(std::memory_order_acquire) == detail::inproc_message::failed)
+      throw error(errc::mismatch, c.name_str(), c.seq, rank_, r.peer_, m->error);
+    r.msg_.reset();
+  }
+
+  /// Puts this rank's call on the board, where waiting peers compare it with theirs.
+  void publish(const detail::call& c) noexcept {
+    world_->rank_state(rank_).board.publish(c.seq, c.fp);
+  }
+
+  [[nodiscard]] std::byte* segment(int r) noexcept { return world_->segment(r); }
+  [[nodiscard]] std::size_t segment_bytes() const noexcept { return world_->segment_bytes(); }
+  void segment_barrier(const detail::call& c, detail::clock::time_point deadline) {
+    const std::uint32_t gen = world_->barrier_generation();
+    if (!world_->barrier_arrive())
+      detail::wait_on(
+          world_->rank_state(rank_).bell, false,
+          [&] { return world_->barrier_generation() != gen; },
+          [&] { poll(c, deadline, -1); });
+    // Every rank published its call before arriving: all must be in this very call.
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank_) continue;
+      auto theirs = world_->rank_state(r).board.lookup(c.seq);
+      if (!theirs || !(*theirs == c.fp)) {
+        const std::string what =
+            theirs ? detail::mismatch_text(rank_, c.fp, r, *theirs)
+                   : "mismatched collective: rank " + std::to_string(rank_) + " called " +
+                         c.fp.describe() + " as call #" + std::to_string(c.seq) + " but rank " +
+                         std::to_string(r) + " reached the barrier from another call";
+        world_->abort(errc::mismatch, what);
+        throw error(errc::mismatch, c.name_str(), c.seq, rank_, r, what);
+      }
+    }
+  }
+
+  /// Fails every rank's current and future waits (used when a rank's thread throws).
+  void abort(errc code, const std::string& what) { world_->abort(code, what); }
+
+  /// Runs `fn(comm)` on `n` threads, each with a `communicator<inproc, Algorithm>` of rank
+  /// 0..n-1. Returns when every rank has returned. If any rank throws, the others' waits are
+  /// released with tutti::error(errc::aborted), and the first rank's exception (the cause,
+  /// not the aborts it caused) is rethrown here.
+  template <class Algorithm = automatic, class Fn>
+  static void run(int n, Fn&& fn, const options& opts = {});
+
+ private:
+  request make(int peer, const detail::call& c, detail::space s, std::uint64_t tag,
+               bool is_send) {
+    if (peer < 0 || peer >= size())
+      throw error(errc::invalid_argument, c.name_str(), c.seq, rank_, peer,
+                  "peer rank out of range [0, " + std::to_string(size()) + ")");
+    request r;
+    r.msg_ = std::make_unique<detail::inproc_message>();
+    r.msg_->tag = tag;
+    r.msg_->seq = c.seq;
+    r.msg_->fp = c.fp;
+    r.msg_->owner = rank_;
+    r.world_ = world_;
+    r.channel_ = is_send ? &world_->channel(rank_, peer, s) : &world_->channel(peer, rank_, s);
+    r.is_send_ = is_send;
+    r.peer_ = peer;
+    return r;
+  }
+
+  void poll(const detail::call& c, detail::clock::time_point deadline, int peer) {
+    if (world_->aborted()) {
+      auto [code, what] = world_->abort_reason();
+      throw error(code, c.name_str(), c.seq, rank_, peer, what);
+    }
+    if (c.seq != 0) {
+      for (int r = 0; r < size(); ++r) {
+        if (r == rank_) continue;
+        auto theirs = world_->rank_state(r).board.lookup(c.seq);
+        if (theirs && !(*theirs == c.fp)) {
+          const std::string what = detail::mismatch_text(rank_, c.fp, r, *theirs);
+          world_->abort(errc::mismatch, what);
+          throw error(errc::mismatch, c.name_str(), c.seq, rank_, r, what);
+        }
+      }
+    }
+    if (detail::clock::now() >= deadline)
+      throw error(errc::timeout, c.name_str(), c.seq, rank_, peer,
+                  peer >= 0 ? "timed out waiting for rank " + std::to_string(peer)
+                            : "timed out waiting for the other ranks");
+  }
+
+  std::shared_ptr<detail::inproc_world> world_;
+  int rank_;
+};
+
+template <class Algorithm, class Fn>
+void inproc::run(int n, Fn&& fn, const options& opts) {
+  if (n < 1) throw std::invalid_argument("tutti::inproc::run: world size must be at least 1");
+  auto world = std::make_shared<detail::inproc_world>(n);
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  std::atomic<int> failures{0};
+  std::vector<int> order(static_cast<std::size_t>(n), -1);
+  auto body = [&](int r) {
+    try {
+      communicator<inproc, Algorithm> comm(inproc(world, r), opts);
+      fn(comm);
+    } catch (...) {
+      const auto i = static_cast<std::size_t>(r);
+      errors[i] = std::current_exception();
+      order[i] = failures.fetch_add(1);
+      std::string what = "unknown exception";
+      try {
+        throw;
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      world->abort(errc::aborted, "rank " + std::to_string(r) + " failed: " + what);
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(n));
+  for (int r = 1; r < n; ++r) threads.emplace_back(body, r);
+  body(0);
+  for (auto& t : threads) t.join();
+  // The cause is the earliest failure that is not an abort another failure caused.
+  std::exception_ptr cause;
+  int best = n + 1;
+  for (int r = 0; r < n; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    if (!errors[i]) continue;
+    bool induced = false;
+    try {
+      std::rethrow_exception(errors[i]);
+    } catch (const error& e) {
+      induced = e.kind() == errc::aborted;
+    } catch (...) {
+    }
+    const int rank_order = order[i] + (induced ? n : 0);
+    if (rank_order < best) {
+      best = rank_order;
+      cause = errors[i];
+    }
+  }
+  if (cause) std::rethrow_exception(cause);
+}
+
+}  // namespace tutti

@@ -1,0 +1,175 @@
+#pragma once
+// Shared helpers for the collective tests: element types, deterministic inputs whose
+// reductions are exact, and references computed in double.
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <utility>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include <tutti/tutti.hpp>
+
+namespace harness {
+
+using all_types = std::tuple<std::int8_t, std::uint8_t, std::int16_t, std::uint16_t, std::int32_t,
+                             std::uint32_t, std::int64_t, std::uint64_t, long long,
+                             unsigned long long, tutti::half, tutti::bfloat16, float, double,
+                             long double, bool, char>;
+using all_ops = std::tuple<tutti::sum_t, tutti::prod_t, tutti::min_t, tutti::max_t, tutti::avg_t,
+                           tutti::band_t, tutti::bor_t, tutti::bxor_t>;
+using all_policies = std::tuple<tutti::ring, tutti::tree, tutti::recursive_halving,
+                                tutti::recursive_doubling, tutti::direct, tutti::bruck,
+                                tutti::automatic>;
+
+template <class Tuple, class F>
+void for_each_type(F&& f) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (f.template operator()<std::tuple_element_t<I, Tuple>>(), ...);
+  }(std::make_index_sequence<std::tuple_size_v<Tuple>>{});
+}
+
+/// A contiguous buffer of T (std::vector<bool> is not contiguous, so the tests use this).
+template <class T>
+class buffer {
+ public:
+  buffer() = default;
+  explicit buffer(std::size_t n, T fill = T{}) : n_(n), p_(new T[n]) {
+    for (std::size_t i = 0; i < n; ++i) p_[i] = fill;
+  }
+  buffer(const buffer& o) : buffer(o.n_) {
+    for (std::size_t i = 0; i < n_; ++i) p_[i] = o.p_[i];
+  }
+  buffer& operator=(const buffer& o) {
+    buffer t(o);
+    std::swap(n_, t.n_);
+    std::swap(p_, t.p_);
+    return *this;
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return n_; }
+  T* data() noexcept { return p_.get(); }
+  const T* data() const noexcept { return p_.get(); }
+  T& operator[](std::size_t i) noexcept { return p_[i]; }
+  const T& operator[](std::size_t i) const noexcept { return p_[i]; }
+  operator std::span<T>() noexcept { return {p_.get(), n_}; }
+  operator std::span<const T>() const noexcept { return {p_.get(), n_}; }
+  friend bool operator==(const buffer& a, const buffer& b) {
+    if (a.n_ != b.n_) return false;
+    for (std::size_t i = 0; i < a.n_; ++i)
+      if (!(a.p_[i] == b.p_[i])) return false;
+    return true;
+  }
+
+ private:
+  std::size_t n_ = 0;
+  std::unique_ptr<T[]> p_;
+};
+
+/// Sanitizer builds run the largest counts on fewer world sizes (Release runs all).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool sanitized = true;
+#else
+inline constexpr bool sanitized = false;
+#endif
+inline constexpr std::size_t large_count = std::size_t{1} << 20;
+
+template <class T>
+inline constexpr bool is_signed_v = std::is_signed_v<T> || !std::is_integral_v<T>;
+
+/// Input of rank r at index i for op k: small integers whose sums, products, minima and bit
+/// operations are exact in every element type, on up to 8 ranks.
+template <class T>
+double input(tutti::op_kind k, int r, std::size_t i) {
+  const auto ri = static_cast<long long>(r), ii = static_cast<long long>(i % 1009);
+  if constexpr (std::is_same_v<T, bool>) return double((ri + ii) % 2);
+  switch (k) {
+    case tutti::op_kind::prod: {
+      const long long m = (ri * 5 + ii) % 6;
+      if (m == 0) return 2;
+      if (m == 1 && is_signed_v<T>) return -1;
+      return 1;
+    }
+    case tutti::op_kind::min:
+    case tutti::op_kind::max:
+      return double((ri * 5 + ii * 7) % 13 - (is_signed_v<T> ? 6 : 0) + (std::is_same_v<T, char> ? 40 : 0));
+    case tutti::op_kind::band:
+    case tutti::op_kind::bor:
+    case tutti::op_kind::bxor:
+      return double((ri * 37 + ii * 11) % 128);
+    default:
+      return double((ri * 7 + ii * 3) % 11 - (is_signed_v<T> ? 5 : 0));
+  }
+}
+
+template <class T>
+T to(double v) {
+  if constexpr (std::is_same_v<T, tutti::half> || std::is_same_v<T, tutti::bfloat16>)
+    return T(v);
+  else
+    return static_cast<T>(v);
+}
+template <class T>
+double from(T v) {
+  if constexpr (std::is_same_v<T, tutti::half> || std::is_same_v<T, tutti::bfloat16>)
+    return static_cast<double>(v);
+  else
+    return static_cast<double>(v);
+}
+
+/// The reduction of `input` over ranks 0..p-1 at index i, in double (integers exact).
+template <class T>
+double reference(tutti::op_kind k, int p, std::size_t i) {
+  double acc = input<T>(k, 0, i);
+  auto ai = static_cast<long long>(acc);
+  for (int r = 1; r < p; ++r) {
+    const double v = input<T>(k, r, i);
+    const auto vi = static_cast<long long>(v);
+    switch (k) {
+      case tutti::op_kind::sum:
+      case tutti::op_kind::avg: acc += v; break;
+      case tutti::op_kind::prod: acc *= v; break;
+      case tutti::op_kind::min: acc = std::min(acc, v); break;
+      case tutti::op_kind::max: acc = std::max(acc, v); break;
+      case tutti::op_kind::band: ai &= vi; break;
+      case tutti::op_kind::bor: ai |= vi; break;
+      case tutti::op_kind::bxor: ai ^= vi; break;
+      default: break;
+    }
+  }
+  if (k == tutti::op_kind::band || k == tutti::op_kind::bor || k == tutti::op_kind::bxor)
+    return double(ai);
+  if (k == tutti::op_kind::avg) {
+    if constexpr (std::is_integral_v<T>) return double(static_cast<long long>(acc) / p);
+    return acc / p;
+  }
+  return acc;
+}
+
+/// Exact equality, except avg on floating types: within a few units in the last place.
+template <class T>
+bool matches(tutti::op_kind k, T got, double want) {
+  const double g = from(got);
+  if (k == tutti::op_kind::avg && !std::is_integral_v<T>) {
+    const double tol = std::is_same_v<T, tutti::half> || std::is_same_v<T, tutti::bfloat16>
+                           ? 1e-2
+                           : (std::is_same_v<T, float> ? 1e-6 : 1e-12);
+    return std::abs(g - want) <= tol * std::max(1.0, std::abs(want));
+  }
+  return g == from(to<T>(want));
+}
+
+/// A plain value for data-movement collectives: distinct per (rank, index), exact in T.
+template <class T>
+T datum(int r, std::size_t i) {
+  if constexpr (std::is_same_v<T, bool>) return ((r + i) % 2) != 0;
+  return to<T>(double((static_cast<std::size_t>(r) * 13 + i * 5) % 97));
+}
+
+}  // namespace harness

@@ -1,0 +1,736 @@
+// Exact tests of tutti's core: reduce kernels, the reducible concept, dtype tags, tutti::error,
+// the TUTTI_TIMEOUT and TUTTI_ALGO parsers, and automatic's policy choice.
+//
+// Kernels are compared element for element against a scalar reference written independently
+// of reduce.hpp: integer arithmetic goes through std::uint64_t (wrap-around, no UB), 16-bit
+// floats through float, every other type in its own arithmetic. Comparisons are exact (bit
+// patterns for the 16-bit floats).
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "tutti/tutti.hpp"
+
+namespace {
+
+using tutti::op_kind;
+using tutti::detail::collective;
+using tutti::detail::policy_id;
+
+// ---------------------------------------------------------------------------------------------
+// Reference arithmetic.
+
+template <class T>
+constexpr bool is_float16 = std::is_same_v<T, tutti::half> || std::is_same_v<T, tutti::bfloat16>;
+
+template <class T>
+constexpr bool is_text = std::is_same_v<T, bool> || std::is_same_v<T, char>;
+
+template <class T>
+bool same(T x, T y) {
+  if constexpr (is_float16<T>)
+    return x.to_bits() == y.to_bits();
+  else
+    return x == y;
+}
+
+template <class T>
+double printable(T x) {
+  if constexpr (is_float16<T>)
+    return static_cast<double>(static_cast<float>(x));
+  else
+    return static_cast<double>(x);
+}
+
+// d = a op b, computed without looking at reduce.hpp.
+template <op_kind K, class T>
+T reference(T a, T b) {
+  if constexpr (is_float16<T>) {
+    const float x = static_cast<float>(a), y = static_cast<float>(b);
+    return T(reference<K, float>(x, y));
+  } else if constexpr (K == op_kind::min) {
+    return b < a ? b : a;
+  } else if constexpr (K == op_kind::max) {
+    return a < b ? b : a;
+  } else if constexpr (std::is_integral_v<T>) {
+    // Through 64-bit unsigned: conversions to T are modular (C++20), so this is the wrapped
+    // two's complement result for every width.
+    const auto x = static_cast<std::uint64_t>(a), y = static_cast<std::uint64_t>(b);
+    if constexpr (K == op_kind::sum || K == op_kind::avg) return static_cast<T>(x + y);
+    else if constexpr (K == op_kind::prod) return static_cast<T>(x * y);
+    else if constexpr (K == op_kind::band) return static_cast<T>(x & y);
+    else if constexpr (K == op_kind::bor) return static_cast<T>(x | y);
+    else return static_cast<T>(x ^ y);
+  } else {
+    if constexpr (K == op_kind::sum || K == op_kind::avg) return a + b;
+    else return a * b;
+  }
+}
+
+// avg's final step: integer division truncates toward zero, floats divide.
+template <class T>
+T reference_divide(T x, int world) {
+  if constexpr (is_float16<T>)
+    return T(static_cast<float>(x) / static_cast<float>(world));
+  else if constexpr (std::is_floating_point_v<T>)
+    return x / static_cast<T>(world);
+  else if constexpr (std::is_signed_v<T>)
+    return static_cast<T>(static_cast<long long>(x) / world);
+  else
+    return static_cast<T>(static_cast<unsigned long long>(x) / static_cast<unsigned>(world));
+}
+
+// A contiguous, copyable buffer of T (std::vector<bool> has no data()).
+template <class T>
+class buffer {
+ public:
+  explicit buffer(std::size_t n = 0, T fill = T{}) : n_(n), p_(std::make_unique<T[]>(n)) {
+    for (std::size_t i = 0; i < n; ++i) p_[i] = fill;
+  }
+  buffer(const buffer& o) : buffer(o.n_) {
+    for (std::size_t i = 0; i < n_; ++i) p_[i] = o.p_[i];
+  }
+  buffer& operator=(const buffer& o) {
+    buffer copy(o);
+    std::swap(n_, copy.n_);
+    std::swap(p_, copy.p_);
+    return *this;
+  }
+  [[nodiscard]] T* data() noexcept { return p_.get(); }
+  [[nodiscard]] const T* data() const noexcept { return p_.get(); }
+  [[nodiscard]] std::size_t size() const noexcept { return n_; }
+  T& operator[](std::size_t i) noexcept { return p_[i]; }
+  const T& operator[](std::size_t i) const noexcept { return p_[i]; }
+  T* begin() noexcept { return data(); }
+  T* end() noexcept { return data() + n_; }
+
+ private:
+  std::size_t n_;
+  std::unique_ptr<T[]> p_;
+};
+
+// Deterministic inputs spanning the type: full-range integers, small dyadic floats (exact sums
+// and products stay far from overflow), and each type's extremes at the front.
+template <class T>
+buffer<T> make_input(std::size_t n, std::uint32_t seed) {
+  std::mt19937_64 gen(seed);
+  buffer<T> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint64_t r = gen();
+    if constexpr (std::is_same_v<T, bool>) {
+      v[i] = (r & 1U) != 0;
+    } else if constexpr (std::is_integral_v<T>) {
+      v[i] = static_cast<T>(r);  // modular: every bit pattern of T
+    } else {
+      const auto k = static_cast<int>(r % 2001U) - 1000;  // [-1000, 1000]
+      if constexpr (is_float16<T>)
+        v[i] = T(static_cast<float>(k) / 16.0f);
+      else
+        v[i] = static_cast<T>(k) / static_cast<T>(16);
+    }
+  }
+  return v;
+}
+
+constexpr std::array<std::size_t, 5> lengths{0, 1, 7, 256, 1000};
+
+
+// Compares d[i] with reference(a[i], b[i]); reports the first mismatch.
+template <op_kind K, class T>
+void check_against_reference(const buffer<T>& d, const buffer<T>& a,
+                             const buffer<T>& b, const char* how) {
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    const T want = reference<K, T>(a[i], b[i]);
+    if (!same(d[i], want)) {
+      if (bad == 0)
+        FAIL_CHECK(how << " " << tutti::name(K) << "<" << tutti::name(tutti::dtype_of<T>)
+                       << "> n=" << d.size() << " i=" << i << ": " << printable(a[i]) << " op "
+                       << printable(b[i]) << " gave " << printable(d[i]) << ", want "
+                       << printable(want));
+      ++bad;
+    }
+  }
+  CHECK_MESSAGE(bad == 0, how << " " << tutti::name(K) << "<" << tutti::name(tutti::dtype_of<T>)
+                              << "> n=" << d.size() << ": " << bad << " mismatches");
+}
+
+template <op_kind K, class T>
+void check_kernel() {
+  const tutti::detail::reducer r = tutti::detail::make_reducer<K, T>();
+  CHECK(r.elem_size == sizeof(T));
+  CHECK(r.op == K);
+  for (std::size_t n : lengths) {
+    const auto a = make_input<T>(n, static_cast<std::uint32_t>(n) * 2U + 1U);
+    const auto b = make_input<T>(n, static_cast<std::uint32_t>(n) * 2U + 2U);
+
+    buffer<T> d(n);
+    r(d.data(), a.data(), b.data(), n);
+    check_against_reference<K>(d, a, b, "out-of-place");
+
+    buffer<T> in_a = a;  // d == a
+    r(in_a.data(), in_a.data(), b.data(), n);
+    check_against_reference<K>(in_a, a, b, "in-place (d == a)");
+
+    buffer<T> in_b = b;  // d == b
+    r(in_b.data(), a.data(), in_b.data(), n);
+    check_against_reference<K>(in_b, a, b, "in-place (d == b)");
+
+    // n == 0 must not touch the buffers: null pointers are fine.
+    if (n == 0) r(nullptr, nullptr, nullptr, 0);
+  }
+}
+
+// avg = the sum kernel, then finish() divides by the world size.
+template <class T>
+void check_avg_finish() {
+  const tutti::detail::reducer r = tutti::detail::make_reducer<op_kind::avg, T>();
+  for (std::size_t n : lengths) {
+    for (int world : {1, 2, 3, 4, 7}) {
+      const auto a = make_input<T>(n, 11U + static_cast<std::uint32_t>(n));
+      const auto b = make_input<T>(n, 12U + static_cast<std::uint32_t>(n));
+      buffer<T> d(n);
+      r(d.data(), a.data(), b.data(), n);
+      const buffer<T> summed = d;
+      r.finish(d.data(), n, world);
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < n; ++i)
+        if (!same(d[i], reference_divide(summed[i], world))) {
+          if (bad == 0)
+            FAIL_CHECK("avg<" << tutti::name(tutti::dtype_of<T>) << "> finish world=" << world
+                              << " i=" << i << ": " << printable(summed[i]) << " / " << world
+                              << " gave " << printable(d[i]) << ", want "
+                              << printable(reference_divide(summed[i], world)));
+          ++bad;
+        }
+      CHECK(bad == 0);
+    }
+  }
+}
+
+// finish() is a no-op for every op but avg.
+template <op_kind K, class T>
+void check_finish_is_noop() {
+  const tutti::detail::reducer r = tutti::detail::make_reducer<K, T>();
+  auto v = make_input<T>(7, 99U);
+  const auto before = v;
+  r.finish(v.data(), v.size(), 4);
+  for (std::size_t i = 0; i < v.size(); ++i) CHECK(same(v[i], before[i]));
+}
+
+template <class T, class Op>
+int check_op_if_reducible() {
+  if constexpr (tutti::reducible<Op, T>) {
+    check_kernel<Op::kind, T>();
+    if constexpr (Op::kind == op_kind::avg)
+      check_avg_finish<T>();
+    else
+      check_finish_is_noop<Op::kind, T>();
+    return 1;
+  } else {
+    return 0;
+  }
+}
+
+// Runs every op T admits; returns how many that was.
+template <class T>
+int check_every_op() {
+  return check_op_if_reducible<T, tutti::sum_t>() + check_op_if_reducible<T, tutti::prod_t>() +
+         check_op_if_reducible<T, tutti::min_t>() + check_op_if_reducible<T, tutti::max_t>() +
+         check_op_if_reducible<T, tutti::avg_t>() + check_op_if_reducible<T, tutti::band_t>() +
+         check_op_if_reducible<T, tutti::bor_t>() + check_op_if_reducible<T, tutti::bxor_t>();
+}
+
+// Signed and unsigned wrap-around of sum and prod at the edges of every integer type.
+template <class T>
+void check_integer_wrap() {
+  constexpr T lo = std::numeric_limits<T>::min();
+  constexpr T hi = std::numeric_limits<T>::max();
+  const auto sum = tutti::detail::make_reducer<op_kind::sum, T>();
+  const auto prod = tutti::detail::make_reducer<op_kind::prod, T>();
+  // 300 elements: crosses a 256-element boundary, so any blocked loop's tail sees the edges.
+  buffer<T> a(300, hi), b(300, T{1}), d(300);
+  sum(d.data(), a.data(), b.data(), d.size());
+  for (T x : d) CHECK(x == lo);  // max + 1 == min
+  buffer<T> m(300, lo), minus_one(300, static_cast<T>(-1));
+  sum(m.data(), m.data(), minus_one.data(), m.size());
+  for (T x : m) CHECK(x == hi);  // min + (-1) == max (unsigned: 0 + max == max)
+  buffer<T> half_range(300, static_cast<T>(T{1} << (sizeof(T) * 8 / 2)));
+  prod(d.data(), half_range.data(), half_range.data(), d.size());
+  for (T x : d) CHECK(x == T{0});  // 2^(w/2) * 2^(w/2) == 2^w == 0
+  buffer<T> avg_in(300, hi), avg_out(300);
+  const auto avg = tutti::detail::make_reducer<op_kind::avg, T>();
+  avg(avg_out.data(), avg_in.data(), b.data(), avg_out.size());  // wraps to min
+  avg.finish(avg_out.data(), avg_out.size(), 2);
+  for (T x : avg_out) CHECK(x == reference_divide(lo, 2));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// (a) reduce kernels
+
+TEST_CASE_TEMPLATE("every reduce kernel matches the scalar reference", T, std::int8_t,
+                   std::uint8_t, std::int16_t, std::uint16_t, std::int32_t, std::uint32_t,
+                   std::int64_t, std::uint64_t, long long) {
+  CHECK(check_every_op<T>() == 8);
+  check_integer_wrap<T>();
+}
+
+TEST_CASE_TEMPLATE("every reduce kernel matches the scalar reference (floating)", T, float,
+                   double, long double, tutti::half, tutti::bfloat16) {
+  CHECK(check_every_op<T>() == 5);  // sum, prod, min, max, avg
+}
+
+TEST_CASE_TEMPLATE("every reduce kernel matches the scalar reference (bool, char)", T, bool,
+                   char) {
+  CHECK(check_every_op<T>() == 5);  // min, max, band, bor, bxor
+}
+
+TEST_CASE("int32 sum wraps: INT32_MAX + 1 == INT32_MIN, in place and out of place") {
+  const auto r = tutti::detail::make_reducer<op_kind::sum, std::int32_t>();
+  std::int32_t a[] = {INT32_MAX, INT32_MIN, -1, 5};
+  const std::int32_t b[] = {1, -1, INT32_MIN, -7};
+  std::int32_t d[4] = {};
+  r(d, a, b, 4);
+  CHECK(d[0] == INT32_MIN);
+  CHECK(d[1] == INT32_MAX);
+  CHECK(d[2] == INT32_MAX);
+  CHECK(d[3] == -2);
+  r(a, a, b, 4);
+  CHECK(a[0] == INT32_MIN);
+  CHECK(a[3] == -2);
+}
+
+TEST_CASE("avg truncates for integers and divides for floats") {
+  {
+    const auto r = tutti::detail::make_reducer<op_kind::avg, std::int32_t>();
+    std::int32_t x[] = {7, -7, 9, 1};
+    r.finish(x, 4, 2);
+    CHECK(x[0] == 3);
+    CHECK(x[1] == -3);  // truncation toward zero
+    CHECK(x[2] == 4);
+    CHECK(x[3] == 0);
+  }
+  {
+    const auto r = tutti::detail::make_reducer<op_kind::avg, std::uint8_t>();
+    std::uint8_t a[] = {200}, b[] = {100}, d[1] = {};
+    r(d, a, b, 1);  // 300 wraps to 44
+    r.finish(d, 1, 4);
+    CHECK(d[0] == 11);
+  }
+  {
+    const auto r = tutti::detail::make_reducer<op_kind::avg, float>();
+    float x[] = {7.0f, -1.0f, 10.0f};
+    r.finish(x, 3, 4);
+    CHECK(x[0] == 1.75f);
+    CHECK(x[1] == -0.25f);
+    CHECK(x[2] == 2.5f);
+  }
+  {
+    const auto r = tutti::detail::make_reducer<op_kind::avg, tutti::half>();
+    tutti::half x[] = {tutti::half(7.0f), tutti::half(3.0f)};
+    r.finish(x, 2, 2);
+    CHECK(static_cast<float>(x[0]) == 3.5f);
+    CHECK(static_cast<float>(x[1]) == 1.5f);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// (b) static checks
+
+namespace {
+struct not_an_element {
+  int x;
+};
+struct not_an_op {};
+}  // namespace
+
+static_assert(tutti::reducible<tutti::sum_t, float>);
+static_assert(tutti::reducible<tutti::avg_t, tutti::half>);
+static_assert(tutti::reducible<tutti::prod_t, tutti::bfloat16>);
+static_assert(tutti::reducible<tutti::band_t, std::int32_t>);
+static_assert(tutti::reducible<tutti::bxor_t, std::uint8_t>);
+static_assert(tutti::reducible<tutti::bor_t, bool>);
+static_assert(tutti::reducible<tutti::band_t, char>);
+static_assert(tutti::reducible<tutti::max_t, bool>);
+static_assert(tutti::reducible<tutti::min_t, char>);
+static_assert(tutti::reducible<const tutti::sum_t&, const int>);
+static_assert(!tutti::reducible<tutti::band_t, float>);
+static_assert(!tutti::reducible<tutti::bor_t, double>);
+static_assert(!tutti::reducible<tutti::bxor_t, tutti::half>);
+static_assert(!tutti::reducible<tutti::band_t, tutti::bfloat16>);
+static_assert(!tutti::reducible<tutti::band_t, long double>);
+static_assert(!tutti::reducible<tutti::sum_t, bool>);
+static_assert(!tutti::reducible<tutti::prod_t, bool>);
+static_assert(!tutti::reducible<tutti::avg_t, bool>);
+static_assert(!tutti::reducible<tutti::sum_t, char>);
+static_assert(!tutti::reducible<tutti::avg_t, char>);
+static_assert(!tutti::reducible<tutti::sum_t, not_an_element>);
+static_assert(!tutti::reducible<not_an_op, float>);
+static_assert(!tutti::reducible<int, float>);
+
+static_assert(tutti::element<float>);
+static_assert(tutti::element<const double>);
+static_assert(tutti::element<tutti::half>);
+static_assert(tutti::element<bool>);
+static_assert(!tutti::element<not_an_element>);
+static_assert(!tutti::element<float*>);
+static_assert(!tutti::element<void>);
+static_assert(tutti::floating_element<tutti::bfloat16>);
+static_assert(!tutti::floating_element<int>);
+static_assert(tutti::integral_element<bool>);
+static_assert(!tutti::integral_element<tutti::half>);
+
+static_assert(tutti::dtype_of<std::int8_t> == tutti::dtype::int8);
+static_assert(tutti::dtype_of<std::uint8_t> == tutti::dtype::uint8);
+static_assert(tutti::dtype_of<std::int16_t> == tutti::dtype::int16);
+static_assert(tutti::dtype_of<std::uint16_t> == tutti::dtype::uint16);
+static_assert(tutti::dtype_of<std::int32_t> == tutti::dtype::int32);
+static_assert(tutti::dtype_of<std::uint32_t> == tutti::dtype::uint32);
+static_assert(tutti::dtype_of<std::int64_t> == tutti::dtype::int64);
+static_assert(tutti::dtype_of<std::uint64_t> == tutti::dtype::uint64);
+static_assert(tutti::dtype_of<long long> == tutti::dtype::int64);
+static_assert(tutti::dtype_of<unsigned long long> == tutti::dtype::uint64);
+static_assert(tutti::dtype_of<tutti::half> == tutti::dtype::float16);
+static_assert(tutti::dtype_of<tutti::bfloat16> == tutti::dtype::bfloat16);
+static_assert(tutti::dtype_of<float> == tutti::dtype::float32);
+static_assert(tutti::dtype_of<double> == tutti::dtype::float64);
+static_assert(tutti::dtype_of<long double> == tutti::dtype::float128);
+static_assert(tutti::dtype_of<bool> == tutti::dtype::boolean);
+static_assert(tutti::dtype_of<char> == tutti::dtype::character);
+static_assert(tutti::dtype_of<const float> == tutti::dtype::float32);
+static_assert(tutti::dtype_of<signed char> == tutti::dtype::int8);
+
+static_assert(tutti::name(tutti::dtype::float32) == "float");
+static_assert(tutti::name(tutti::op_kind::bxor) == "bxor");
+
+TEST_CASE("dtype names follow nccl-tests") {
+  using tutti::dtype;
+  CHECK(tutti::name(dtype::int8) == "int8");
+  CHECK(tutti::name(dtype::uint8) == "uint8");
+  CHECK(tutti::name(dtype::int16) == "int16");
+  CHECK(tutti::name(dtype::uint16) == "uint16");
+  CHECK(tutti::name(dtype::int32) == "int32");
+  CHECK(tutti::name(dtype::uint32) == "uint32");
+  CHECK(tutti::name(dtype::int64) == "int64");
+  CHECK(tutti::name(dtype::uint64) == "uint64");
+  CHECK(tutti::name(dtype::float16) == "half");
+  CHECK(tutti::name(dtype::bfloat16) == "bfloat16");
+  CHECK(tutti::name(dtype::float32) == "float");
+  CHECK(tutti::name(dtype::float64) == "double");
+  CHECK(tutti::name(dtype::float128) == "long double");
+  CHECK(tutti::name(dtype::boolean) == "bool");
+  CHECK(tutti::name(dtype::character) == "char");
+  CHECK(tutti::name(op_kind::sum) == "sum");
+  CHECK(tutti::name(op_kind::avg) == "avg");
+  CHECK(tutti::name(op_kind::band) == "band");
+}
+
+// ---------------------------------------------------------------------------------------------
+// (c) tutti::error
+
+static_assert(std::is_base_of_v<std::system_error, tutti::error>);
+static_assert(std::is_error_code_enum_v<tutti::errc>);
+
+TEST_CASE("tutti::error is a std::system_error in the tutti category") {
+  const tutti::error e(tutti::errc::timeout, "all_reduce", 17, 2, 3,
+                       "timed out waiting for rank 3");
+  CHECK(std::string(e.code().category().name()) == "tutti");
+  CHECK(e.code().category() == tutti::error_category());
+  CHECK(e.code() == tutti::errc::timeout);
+  CHECK(e.code() == tutti::make_error_code(tutti::errc::timeout));
+  CHECK(e.code() != tutti::errc::mismatch);
+  CHECK(e.code() != std::make_error_code(std::errc::timed_out));
+  CHECK(e.code().value() == static_cast<int>(tutti::errc::timeout));
+  CHECK(e.kind() == tutti::errc::timeout);
+  CHECK(e.collective() == "all_reduce");
+  CHECK(e.sequence() == 17);
+  CHECK(e.rank() == 2);
+  CHECK(e.peer() == 3);
+
+  const std::string what = e.what();
+  INFO("what() = ", what);
+  CHECK(what.find("all_reduce") != std::string::npos);
+  CHECK(what.find("#17") != std::string::npos);
+  CHECK(what.find("rank 2") != std::string::npos);
+  CHECK(what.find("peer 3") != std::string::npos);
+  CHECK(what.find("timed out waiting for rank 3") != std::string::npos);
+
+  // Caught as the standard type.
+  try {
+    throw e;
+  } catch (const std::system_error& s) {
+    CHECK(s.code() == tutti::errc::timeout);
+  }
+}
+
+TEST_CASE("tutti::error without a peer or a collective") {
+  const tutti::error e(tutti::errc::mismatch, "broadcast", 1, 0, -1, "roots differ");
+  const std::string what = e.what();
+  CHECK(what.find("broadcast #1") != std::string::npos);
+  CHECK(what.find("rank 0") != std::string::npos);
+  CHECK(what.find("peer") == std::string::npos);
+
+  const tutti::error f(tutti::errc::invalid_argument, "", 0, 1, -1, "bad");
+  CHECK(std::string(f.what()).find('#') == std::string::npos);
+  CHECK(f.kind() == tutti::errc::invalid_argument);
+}
+
+TEST_CASE("every errc has its own message") {
+  using tutti::errc;
+  for (errc c : {errc::timeout, errc::mismatch, errc::peer_lost, errc::aborted,
+                 errc::invalid_argument, errc::transport_failure}) {
+    const std::string m = tutti::make_error_code(c).message();
+    CHECK(!m.empty());
+    CHECK(m != "unknown tutti error");
+  }
+  CHECK(tutti::make_error_code(errc::timeout).message() == "timed out");
+}
+
+// ---------------------------------------------------------------------------------------------
+// (d) TUTTI_TIMEOUT
+
+namespace {
+// Sets (or unsets, for nullptr) an environment variable for one scope.
+class scoped_env {
+ public:
+  scoped_env(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
+  }
+  ~scoped_env() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+  scoped_env(const scoped_env&) = delete;
+  scoped_env& operator=(const scoped_env&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+}  // namespace
+
+TEST_CASE("TUTTI_TIMEOUT parsing") {
+  using std::chrono::milliseconds;
+  using tutti::detail::timeout_from_env;
+  {
+    scoped_env env("TUTTI_TIMEOUT", nullptr);
+    CHECK(timeout_from_env() == milliseconds{300'000});
+  }
+  struct row {
+    const char* value;
+    long long ms;
+  };
+  for (const row& r : {row{"2.5", 2'500}, row{"1", 1'000}, row{"0.001", 1}, row{"600", 600'000},
+                       row{"", 300'000}, row{"0", 300'000}, row{"-3", 300'000},
+                       row{"abc", 300'000}, row{"5s", 300'000}, row{"nan", 300'000},
+                       row{"inf", 300'000}, row{"1e12", 300'000}}) {
+    scoped_env env("TUTTI_TIMEOUT", r.value);
+    INFO("TUTTI_TIMEOUT=\"", r.value, "\"");
+    CHECK(timeout_from_env().count() == r.ms);
+  }
+  {
+    scoped_env env("TUTTI_TIMEOUT", "2.5");
+    CHECK(tutti::options{}.timeout == milliseconds{2'500});
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// (e) TUTTI_ALGO
+
+TEST_CASE("TUTTI_ALGO: valid specs") {
+  using tutti::detail::algo_table;
+  constexpr std::size_t K = 1024;
+  {
+    const algo_table t("all_reduce:recursive_doubling@-64K; all_reduce:ring@64K-; broadcast:tree");
+    CHECK(t.rules().size() == 3);
+    CHECK(t.lookup(collective::all_reduce, 0) == policy_id::recursive_doubling);
+    CHECK(t.lookup(collective::all_reduce, 8) == policy_id::recursive_doubling);
+    CHECK(t.lookup(collective::all_reduce, 64 * K - 1) == policy_id::recursive_doubling);
+    CHECK(t.lookup(collective::all_reduce, 64 * K) == policy_id::ring);
+    CHECK(t.lookup(collective::all_reduce, std::size_t{1} << 40) == policy_id::ring);
+    CHECK(t.lookup(collective::broadcast, 1) == policy_id::tree);
+    CHECK(t.lookup(collective::broadcast, std::size_t{1} << 30) == policy_id::tree);
+    CHECK(t.lookup(collective::reduce, 8) == std::nullopt);
+    CHECK(t.lookup(collective::all_gather, 1 << 20) == std::nullopt);
+  }
+  {
+    const algo_table t("tree");
+    CHECK(t.lookup(collective::all_reduce, 0) == policy_id::tree);
+    CHECK(t.lookup(collective::broadcast, 12345) == policy_id::tree);
+    CHECK(t.lookup(collective::barrier, 0) == policy_id::tree);
+  }
+  {
+    const algo_table t("ring@1K-2K");
+    CHECK(t.lookup(collective::all_reduce, 1023) == std::nullopt);
+    CHECK(t.lookup(collective::all_reduce, 1024) == policy_id::ring);
+    CHECK(t.lookup(collective::all_reduce, 2047) == policy_id::ring);
+    CHECK(t.lookup(collective::all_reduce, 2048) == std::nullopt);
+  }
+  {
+    // First match wins; whitespace and empty rules are ignored; sizes take k/m/g too.
+    const algo_table t(" direct @ -1k ;; recursive_halving@1m-1G ;tree");
+    CHECK(t.lookup(collective::all_reduce, 100) == policy_id::direct);
+    CHECK(t.lookup(collective::all_reduce, 1 << 20) == policy_id::recursive_halving);
+    CHECK(t.lookup(collective::all_reduce, std::size_t{1} << 30) == policy_id::tree);
+    CHECK(t.lookup(collective::all_reduce, 5000) == policy_id::tree);
+  }
+  {
+    // An open upper end: "@5-" means 5 bytes and more.
+    const algo_table t("ring@5-");
+    CHECK(t.lookup(collective::all_reduce, 4) == std::nullopt);
+    CHECK(t.lookup(collective::all_reduce, 5) == policy_id::ring);
+  }
+  CHECK(algo_table("").empty());
+  CHECK(algo_table(" ; ").empty());
+  CHECK(algo_table().lookup(collective::all_reduce, 8) == std::nullopt);
+  CHECK(algo_table("bruck").lookup(collective::all_to_all, 8) == policy_id::bruck);
+}
+
+TEST_CASE("TUTTI_ALGO: invalid specs raise errc::invalid_argument") {
+  for (const char* spec :
+       {"all_reduce:nope", "foo:ring", "ring@5", "ring@10-5", "ring@1X-", "ring@K-", "ring@4-4",
+        "ring@-99999999999999999999", "ring@99999999999999G-", ":ring", "all_reduce:", "ring,tree",
+        "automatic"}) {
+    INFO("spec \"", spec, "\"");
+    bool raised = false;
+    try {
+      const tutti::detail::algo_table t(spec);
+    } catch (const tutti::error& e) {
+      raised = true;
+      CHECK(e.kind() == tutti::errc::invalid_argument);
+      CHECK(std::string(e.what()).find("TUTTI_ALGO") != std::string::npos);
+    }
+    CHECK(raised);
+  }
+}
+
+namespace {
+
+// all_reduce through `automatic` with an override, at a few sizes, with exact integer results.
+void check_all_reduce_with(const std::string& algo) {
+  constexpr int world = 4;
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{1000},
+                        std::size_t{300'000}}) {
+    INFO("algo \"", algo, "\" count ", n);
+    std::vector<int> wrong(world, 0);
+    tutti::inproc::run<tutti::automatic>(
+        world,
+        [&](auto& comm) {
+          const int r = comm.rank();
+          std::vector<float> in(n), out(n, -1.0f);
+          std::vector<std::int32_t> ints(n);
+          for (std::size_t i = 0; i < n; ++i) {
+            in[i] = static_cast<float>(r + 1) + static_cast<float>(i % 5);
+            ints[i] = (r + 1) * static_cast<std::int32_t>(i % 7 + 1);
+          }
+          comm.all_reduce(std::span<const float>(in), std::span<float>(out), tutti::sum);
+          comm.all_reduce(std::span<std::int32_t>(ints), tutti::max);
+          for (std::size_t i = 0; i < n; ++i) {
+            const float want = 10.0f + 4.0f * static_cast<float>(i % 5);
+            if (out[i] != want || ints[i] != world * static_cast<std::int32_t>(i % 7 + 1))
+              ++wrong[static_cast<std::size_t>(r)];
+          }
+        },
+        tutti::options{.algo = algo});
+    for (int w : wrong) CHECK(w == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("options::algo overrides still give correct all_reduce results") {
+  for (const char* algo : {"ring", "tree", "recursive_halving", "recursive_doubling", "direct",
+                           "all_reduce:recursive_doubling@-64K; all_reduce:ring@64K-",
+                           "all_reduce:tree@-1K;all_reduce:direct@1K-1M;recursive_halving",
+                           "bruck", ""})
+    check_all_reduce_with(algo);
+}
+
+TEST_CASE("an invalid options::algo makes inproc::run raise errc::invalid_argument") {
+  for (const char* algo : {"all_reduce:nope", "ring@10-5"}) {
+    INFO("algo \"", algo, "\"");
+    bool raised = false;
+    try {
+      tutti::inproc::run<tutti::automatic>(
+          4,
+          [](auto& comm) {
+            std::vector<float> v(8, 1.0f);
+            comm.all_reduce(std::span<float>(v), tutti::sum);
+          },
+          tutti::options{.algo = algo});
+    } catch (const tutti::error& e) {
+      raised = true;
+      CHECK(e.kind() == tutti::errc::invalid_argument);
+    }
+    CHECK(raised);
+  }
+}
+
+TEST_CASE("TUTTI_ALGO in the environment sets options::algo") {
+  scoped_env env("TUTTI_ALGO", "ring@64K-");
+  CHECK(tutti::options{}.algo == "ring@64K-");
+}
+
+// ---------------------------------------------------------------------------------------------
+// (f) automatic's choice
+
+namespace {
+policy_id chosen(collective k, std::size_t bytes, int ranks) {
+  auto runs = [](policy_id id) {
+    return tutti::detail::with_policy(
+        id, []<class P>() { return tutti::detail::has_all_reduce<P, tutti::inproc>; });
+  };
+  return tutti::automatic::choose(k, bytes, ranks, tutti::inproc::costs,
+                                  tutti::detail::algo_table{}, runs);
+}
+}  // namespace
+
+TEST_CASE("automatic picks latency policies for small and bandwidth policies for large") {
+  for (int p : {2, 3, 4, 8}) {
+    const policy_id small = chosen(collective::all_reduce, 8, p);
+    const policy_id large = chosen(collective::all_reduce, std::size_t{64} << 20, p);
+    MESSAGE("p=", p, ": all_reduce 8 B -> ", tutti::detail::name(small), ", 64 MiB -> ",
+            tutti::detail::name(large));
+    if (p == 8) {
+      CHECK((small == policy_id::recursive_doubling || small == policy_id::tree ||
+             small == policy_id::direct));
+      CHECK((large == policy_id::ring || large == policy_id::recursive_halving ||
+             large == policy_id::direct));
+    }
+    CHECK(small != policy_id::count_);
+    CHECK(large != policy_id::count_);
+    CHECK(small != policy_id::bruck);  // bruck has no all_reduce
+  }
+  // Overrides win, but only with a policy that implements the collective.
+  auto runs = [](policy_id id) {
+    return tutti::detail::with_policy(
+        id, []<class P>() { return tutti::detail::has_all_reduce<P, tutti::inproc>; });
+  };
+  CHECK(tutti::automatic::choose(collective::all_reduce, 8, 8, tutti::inproc::costs,
+                                 tutti::detail::algo_table("ring"), runs) == policy_id::ring);
+  CHECK(tutti::automatic::choose(collective::all_reduce, 8, 8, tutti::inproc::costs,
+                                 tutti::detail::algo_table("bruck;tree"),
+                                 runs) == policy_id::tree);
+}
