@@ -159,9 +159,10 @@ class inproc_world {
     if (!problem.empty()) {
       snd->error = problem;
       rcv->error = problem;
+      // Abort first: a rank woken by its failed message must find the mismatch as the cause.
+      if (s == space::collective) abort(errc::mismatch, problem);
       finish(snd, inproc_message::failed);
       finish(rcv, inproc_message::failed);
-      if (s == space::collective) abort(errc::mismatch, problem);
       return;
     }
     if (rcv->fuse != nullptr)

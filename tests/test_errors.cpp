@@ -1,0 +1,342 @@
+// Mismatched calls, timeouts, failures on one rank, invalid arguments, async work and
+// point-to-point: every failure raises tutti::error on every rank, promptly, never a hang and
+// never wrong data.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "harness.hpp"
+
+using namespace std::chrono_literals;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+/// What each rank saw: which error kind it raised (0 = none) and the message.
+struct outcome {
+  std::vector<int> kind;
+  std::vector<std::string> what;
+  explicit outcome(int p) : kind(static_cast<std::size_t>(p), 0), what(static_cast<std::size_t>(p)) {}
+};
+
+/// Runs `body` on p ranks with a 10 s timeout; each rank then calls barrier() (the call after
+/// the mismatch). Records the first tutti::error each rank raised.
+template <class P>
+outcome run_recording(int p, const std::function<void(tutti::communicator<tutti::inproc, P>&)>& body,
+                      std::chrono::milliseconds timeout = 10s) {
+  outcome o(p);
+  std::mutex mu;
+  try {
+    tutti::inproc::run<P>(
+        p,
+        [&](auto& comm) {
+          const auto r = static_cast<std::size_t>(comm.rank());
+          try {
+            body(comm);
+            comm.barrier();
+          } catch (const tutti::error& e) {
+            std::lock_guard lock(mu);
+            o.kind[r] = static_cast<int>(e.kind());
+            o.what[r] = e.what();
+            throw;
+          }
+        },
+        tutti::options{.timeout = timeout, .algo = ""});
+  } catch (const tutti::error&) {
+  }
+  return o;
+}
+
+template <class P>
+void expect_mismatch_everywhere(
+    const char* what, int p,
+    const std::function<void(tutti::communicator<tutti::inproc, P>&)>& body) {
+  const auto t0 = clk::now();
+  const outcome o = run_recording<P>(p, body);
+  const auto took = clk::now() - t0;
+  INFO(P::name, " ", what, " p=", p);
+  CHECK(took < 5s);  // found by the fingerprint checks, not by the 10 s timeout
+  for (int r = 0; r < p; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    INFO("rank ", r, ": ", o.what[i]);
+    CHECK(o.kind[i] == static_cast<int>(tutti::errc::mismatch));
+    CHECK(o.what[i].find("but rank") != std::string::npos);  // names both sides
+  }
+}
+
+template <class P>
+void mismatch_suite() {
+  using comm_t = tutti::communicator<tutti::inproc, P>;
+  for (int p : {2, 3, 4, 7}) {
+    expect_mismatch_everywhere<P>("count", p, [](comm_t& c) {
+      std::vector<float> v(c.rank() == 1 ? 1001 : 1000, 1.0f);
+      c.all_reduce(std::span<float>(v), tutti::sum);
+    });
+    expect_mismatch_everywhere<P>("type", p, [](comm_t& c) {
+      std::vector<float> f(64, 1.0f);
+      std::vector<std::int32_t> i(64, 1);
+      if (c.rank() == 1)
+        c.all_reduce(std::span<std::int32_t>(i), tutti::sum);
+      else
+        c.all_reduce(std::span<float>(f), tutti::sum);
+    });
+    expect_mismatch_everywhere<P>("op", p, [](comm_t& c) {
+      std::vector<float> v(64, 1.0f);
+      if (c.rank() == 1)
+        c.all_reduce(std::span<float>(v), tutti::max);
+      else
+        c.all_reduce(std::span<float>(v), tutti::sum);
+    });
+    if constexpr (tutti::detail::has_broadcast<P, tutti::inproc>) {
+      expect_mismatch_everywhere<P>("root", p, [](comm_t& c) {
+        std::vector<int> v(16, c.rank());
+        c.broadcast(std::span<int>(v), c.rank() == 1 ? 1 : 0);
+      });
+      expect_mismatch_everywhere<P>("collective", p, [](comm_t& c) {
+        std::vector<float> v(64, 1.0f);
+        if (c.rank() == 1)
+          c.broadcast(std::span<float>(v), 0);
+        else
+          c.all_reduce(std::span<float>(v), tutti::sum);
+      });
+    }
+    expect_mismatch_everywhere<P>("skipped call", p, [](comm_t& c) {
+      std::vector<float> v(64, 1.0f);
+      if (c.rank() != 1) c.all_reduce(std::span<float>(v), tutti::sum);
+      std::vector<std::int64_t> w(8, 1);
+      c.all_reduce(std::span<std::int64_t>(w), tutti::max);
+    });
+  }
+}
+
+}  // namespace
+
+TEST_CASE("mismatched calls raise on every rank: ring") { mismatch_suite<tutti::ring>(); }
+TEST_CASE("mismatched calls raise on every rank: tree") { mismatch_suite<tutti::tree>(); }
+TEST_CASE("mismatched calls raise on every rank: recursive_halving") {
+  mismatch_suite<tutti::recursive_halving>();
+}
+TEST_CASE("mismatched calls raise on every rank: recursive_doubling") {
+  mismatch_suite<tutti::recursive_doubling>();
+}
+TEST_CASE("mismatched calls raise on every rank: direct") { mismatch_suite<tutti::direct>(); }
+TEST_CASE("mismatched calls raise on every rank: automatic") {
+  mismatch_suite<tutti::automatic>();
+}
+
+TEST_CASE("a rank that skips the last call makes the others time out, naming it") {
+  // The real scenario: rank 2 returns without the call; ranks 0 and 1 wait for it.
+  std::vector<int> kinds(3, 0);
+  std::vector<int> peers(3, -2);
+  std::mutex mu;
+  const auto start = clk::now();
+  CHECK_THROWS_AS(tutti::inproc::run<tutti::ring>(
+                      3,
+                      [&](auto& c) {
+                        if (c.rank() == 2) return;
+                        std::vector<float> v(10, 1.0f);
+                        try {
+                          c.all_reduce(std::span<float>(v), tutti::sum);
+                        } catch (const tutti::error& e) {
+                          std::lock_guard lock(mu);
+                          kinds[static_cast<std::size_t>(c.rank())] = static_cast<int>(e.kind());
+                          peers[static_cast<std::size_t>(c.rank())] = e.peer();
+                          throw;
+                        }
+                      },
+                      tutti::options{.timeout = 300ms, .algo = ""}),
+                  tutti::error);
+  const auto took = clk::now() - start;
+  CHECK(took >= 300ms);
+  CHECK(took < 5s);
+  // The first rank to time out names the peer it waited for; the other may be released by
+  // the abort that timeout caused.
+  int timeouts = 0;
+  for (int r = 0; r < 2; ++r) {
+    const auto k = static_cast<tutti::errc>(kinds[static_cast<std::size_t>(r)]);
+    CHECK((k == tutti::errc::timeout || k == tutti::errc::aborted));
+    if (k == tutti::errc::timeout) {
+      ++timeouts;
+      CHECK(peers[static_cast<std::size_t>(r)] >= 0);
+    }
+  }
+  CHECK(timeouts >= 1);
+}
+
+TEST_CASE("an exception on one rank propagates out of run and releases the others") {
+  const auto start = clk::now();
+  std::atomic<int> released{0};
+  try {
+    tutti::inproc::run<tutti::tree>(
+        4,
+        [&](auto& c) {
+          if (c.rank() == 2) throw std::runtime_error("boom on rank 2");
+          std::vector<double> v(100, 1.0);
+          try {
+            c.all_reduce(std::span<double>(v), tutti::sum);
+          } catch (const tutti::error& e) {
+            if (e.kind() == tutti::errc::aborted) released.fetch_add(1);
+            throw;
+          }
+        },
+        tutti::options{.timeout = 30s, .algo = ""});
+    FAIL("run did not throw");
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string{e.what()} == "boom on rank 2");
+  }
+  CHECK(released.load() == 3);
+  CHECK(clk::now() - start < 5s);
+}
+
+TEST_CASE("after an error the communicator raises at once") {
+  std::atomic<int> second{0};
+  CHECK_NOTHROW(tutti::inproc::run<tutti::ring>(
+      2,
+      [&](auto& c) {
+        std::vector<float> v(c.rank() == 0 ? 4 : 5, 1.0f);
+        try {
+          c.all_reduce(std::span<float>(v), tutti::sum);
+        } catch (const tutti::error&) {
+        }
+        try {
+          c.barrier();
+        } catch (const tutti::error& e) {
+          if (e.kind() == tutti::errc::aborted || e.kind() == tutti::errc::mismatch) second++;
+        }
+      },
+      tutti::options{.timeout = 10s, .algo = ""}));
+  CHECK(second.load() == 2);
+}
+
+TEST_CASE("invalid arguments are rejected before anything is sent") {
+  auto expect_invalid = [](auto&& body) {
+    try {
+      tutti::inproc::run<tutti::automatic>(3, body, tutti::options{.timeout = 10s, .algo = ""});
+      FAIL("no error");
+    } catch (const tutti::error& e) {
+      CHECK(e.kind() == tutti::errc::invalid_argument);
+    }
+  };
+  expect_invalid([](auto& c) {
+    std::vector<int> v(4);
+    c.broadcast(std::span<int>(v), 3);  // root out of range
+  });
+  expect_invalid([](auto& c) {
+    std::vector<int> in(4), out(5);
+    c.all_reduce(std::span<const int>(in), std::span<int>(out), tutti::sum);
+  });
+  expect_invalid([](auto& c) {
+    std::vector<int> in(4), out(11);
+    c.all_gather(std::span<const int>(in), std::span<int>(out));
+  });
+  expect_invalid([](auto& c) {
+    std::vector<int> in(7), out(2);
+    c.reduce_scatter(std::span<const int>(in), std::span<int>(out), tutti::sum);
+  });
+  expect_invalid([](auto& c) {
+    std::vector<int> in(3), out(3);
+    std::vector<std::size_t> counts{1, 1};  // one entry short
+    c.all_gatherv(std::span<const int>(in), std::span<int>(out), std::span<const std::size_t>(counts));
+  });
+  expect_invalid([](auto& c) {
+    std::vector<int> v(1);
+    c.send(std::span<const int>(v), c.rank());  // to itself
+  });
+}
+
+TEST_CASE("async collectives run in issue order and rethrow at wait") {
+  tutti::inproc::run<tutti::automatic>(4, [](auto& c) {
+    const int p = c.size();
+    std::vector<std::vector<float>> bufs;
+    for (int k = 0; k < 6; ++k) bufs.emplace_back(1000 + static_cast<std::size_t>(k), float(c.rank() + k));
+    std::vector<tutti::work> w;
+    for (auto& b : bufs) w.push_back(c.all_reduce_async(std::span<float>(b), tutti::sum));
+    std::vector<int> bc(3, c.rank() == 0 ? 42 : 0);
+    c.broadcast(std::span<int>(bc), 0);  // blocking, after the queued ones
+    for (auto& x : w) CHECK(x.done());
+    for (int k = 0; k < 6; ++k) {
+      w[static_cast<std::size_t>(k)].wait();
+      const float want = float(p * (p - 1) / 2 + p * k);
+      for (float x : bufs[static_cast<std::size_t>(k)]) REQUIRE(x == want);
+    }
+    CHECK(bc[2] == 42);
+    auto b = c.barrier_async();
+    CHECK(b.wait_for(10s));
+  });
+
+  // An async mismatch surfaces from wait() on every rank.
+  std::atomic<int> raised{0};
+  CHECK_THROWS(tutti::inproc::run<tutti::ring>(
+      3,
+      [&](auto& c) {
+        std::vector<float> v(c.rank() == 0 ? 8 : 9, 1.0f);
+        auto w = c.all_reduce_async(std::span<float>(v), tutti::sum);
+        try {
+          w.wait();
+        } catch (const tutti::error&) {
+          raised++;
+          throw;
+        }
+      },
+      tutti::options{.timeout = 10s, .algo = ""}));
+  CHECK(raised.load() == 3);
+}
+
+TEST_CASE("send and recv match by tag in order, and check sizes") {
+  tutti::inproc::run<tutti::ring>(4, [](auto& c) {
+    const int p = c.size(), r = c.rank();
+    const int to = (r + 1) % p, from = (r + p - 1) % p;
+    std::vector<std::int64_t> out(5), in(5);
+    for (int round = 0; round < 3; ++round) {
+      for (std::size_t i = 0; i < 5; ++i) out[i] = r * 100 + round * 10 + static_cast<std::int64_t>(i);
+      if (r % 2 == 0) {
+        c.send(std::span<const std::int64_t>(out), to, 7);
+        c.recv(std::span<std::int64_t>(in), from, 7);
+      } else {
+        c.recv(std::span<std::int64_t>(in), from, 7);
+        c.send(std::span<const std::int64_t>(out), to, 7);
+      }
+      for (std::size_t i = 0; i < 5; ++i)
+        REQUIRE(in[i] == from * 100 + round * 10 + static_cast<std::int64_t>(i));
+    }
+  });
+  try {
+    tutti::inproc::run<tutti::ring>(2, [](auto& c) {
+      std::vector<int> v(c.rank() == 0 ? 3 : 4);
+      if (c.rank() == 0)
+        c.send(std::span<const int>(v), 1);
+      else
+        c.recv(std::span<int>(v), 0);
+    });
+    FAIL("no error");
+  } catch (const tutti::error& e) {
+    CHECK(std::string{e.what()}.find("size mismatch") != std::string::npos);
+  }
+}
+
+TEST_CASE("TUTTI_TIMEOUT sets the default deadline") {
+  setenv("TUTTI_TIMEOUT", "0.2", 1);
+  const tutti::options o;
+  unsetenv("TUTTI_TIMEOUT");
+  CHECK(o.timeout == std::chrono::milliseconds(200));
+  const auto start = clk::now();
+  try {
+    tutti::inproc::run<tutti::tree>(2, [&](auto& c) {
+      std::vector<int> v(1);
+      if (c.rank() == 0) c.recv(std::span<int>(v), 1, 3);  // rank 1 never sends
+    }, o);
+    FAIL("no error");
+  } catch (const tutti::error& e) {
+    CHECK(e.kind() == tutti::errc::timeout);
+    CHECK(e.peer() == 1);
+    CHECK(e.collective() == "recv");
+  }
+  CHECK(clk::now() - start < 5s);
+}
