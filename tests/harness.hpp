@@ -2,32 +2,32 @@
 // Shared helpers for the collective tests: element types, deterministic inputs whose
 // reductions are exact, and references computed in double.
 
-#include <doctest/doctest.h>
-
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
-#include <utility>
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
+
+#include <doctest/doctest.h>
 
 #include <tutti/tutti.hpp>
 
 namespace harness {
 
-using all_types = std::tuple<std::int8_t, std::uint8_t, std::int16_t, std::uint16_t, std::int32_t,
-                             std::uint32_t, std::int64_t, std::uint64_t, long long,
-                             unsigned long long, tutti::half, tutti::bfloat16, float, double,
-                             long double, bool, char>;
+using all_types =
+    std::tuple<std::int8_t, std::uint8_t, std::int16_t, std::uint16_t, std::int32_t, std::uint32_t,
+               std::int64_t, std::uint64_t, long long, unsigned long long, tutti::half,
+               tutti::bfloat16, float, double, long double, bool, char>;
 using all_ops = std::tuple<tutti::sum_t, tutti::prod_t, tutti::min_t, tutti::max_t, tutti::avg_t,
                            tutti::band_t, tutti::bor_t, tutti::bxor_t>;
-using all_policies = std::tuple<tutti::ring, tutti::tree, tutti::recursive_halving,
-                                tutti::recursive_doubling, tutti::direct, tutti::bruck,
-                                tutti::automatic>;
+using all_policies =
+    std::tuple<tutti::ring, tutti::tree, tutti::recursive_halving, tutti::recursive_doubling,
+               tutti::direct, tutti::bruck, tutti::automatic>;
 
 template <class Tuple, class F>
 void for_each_type(F&& f) {
@@ -98,7 +98,8 @@ double input(tutti::op_kind k, int r, std::size_t i) {
     }
     case tutti::op_kind::min:
     case tutti::op_kind::max:
-      return double((ri * 5 + ii * 7) % 13 - (is_signed_v<T> ? 6 : 0) + (std::is_same_v<T, char> ? 40 : 0));
+      return double((ri * 5 + ii * 7) % 13 - (is_signed_v<T> ? 6 : 0) +
+                    (std::is_same_v<T, char> ? 40 : 0));
     case tutti::op_kind::band:
     case tutti::op_kind::bor:
     case tutti::op_kind::bxor:
@@ -133,14 +134,29 @@ double reference(tutti::op_kind k, int p, std::size_t i) {
     const auto vi = static_cast<long long>(v);
     switch (k) {
       case tutti::op_kind::sum:
-      case tutti::op_kind::avg: acc += v; break;
-      case tutti::op_kind::prod: acc *= v; break;
-      case tutti::op_kind::min: acc = std::min(acc, v); break;
-      case tutti::op_kind::max: acc = std::max(acc, v); break;
-      case tutti::op_kind::band: ai &= vi; break;
-      case tutti::op_kind::bor: ai |= vi; break;
-      case tutti::op_kind::bxor: ai ^= vi; break;
-      default: break;
+      case tutti::op_kind::avg:
+        acc += v;
+        break;
+      case tutti::op_kind::prod:
+        acc *= v;
+        break;
+      case tutti::op_kind::min:
+        acc = std::min(acc, v);
+        break;
+      case tutti::op_kind::max:
+        acc = std::max(acc, v);
+        break;
+      case tutti::op_kind::band:
+        ai &= vi;
+        break;
+      case tutti::op_kind::bor:
+        ai |= vi;
+        break;
+      case tutti::op_kind::bxor:
+        ai ^= vi;
+        break;
+      default:
+        break;
     }
   }
   if (k == tutti::op_kind::band || k == tutti::op_kind::bor || k == tutti::op_kind::bxor)

@@ -14,7 +14,6 @@
 #include "harness.hpp"
 
 using namespace harness;
-using tutti::detail::collective;
 
 namespace {
 
@@ -51,13 +50,12 @@ std::vector<std::size_t> counts_for(int p) {
 bool large_here(int p) { return !sanitized || p == 2 || p == 5 || p == 8; }
 
 template <class T>
-constexpr bool large_type =
-    std::is_same_v<T, float> || std::is_same_v<T, std::int32_t> ||
-    std::is_same_v<T, tutti::half> || std::is_same_v<T, double>;
+constexpr bool large_type = std::is_same_v<T, float> || std::is_same_v<T, std::int32_t> ||
+                            std::is_same_v<T, tutti::half> || std::is_same_v<T, double>;
 
-#define TUTTI_EXPECT(cond, what)                                                             \
-  do {                                                                                       \
-    if (!(cond)) f.add(what);                                                                \
+#define TUTTI_EXPECT(cond, what) \
+  do {                           \
+    if (!(cond)) f.add(what);    \
   } while (0)
 
 // ---- reducing collectives ------------------------------------------------------------------
@@ -75,8 +73,8 @@ void all_reduce_case(Comm& comm, failures& f, std::size_t n, bool in_place) {
   const auto& res = in_place ? in : out;
   for (std::size_t i = 0; i < n; ++i) {
     if (!matches<T>(k, res[i], reference<T>(k, p, i))) {
-      f.add("all_reduce " + tname<T>() + " " + std::string{tutti::name(k)} + " p=" +
-            std::to_string(p) + " n=" + std::to_string(n) + " rank " + std::to_string(r) +
+      f.add("all_reduce " + tname<T>() + " " + std::string{tutti::name(k)} +
+            " p=" + std::to_string(p) + " n=" + std::to_string(n) + " rank " + std::to_string(r) +
             " i=" + std::to_string(i) + (in_place ? " in place" : ""));
       return;
     }
@@ -90,7 +88,8 @@ void all_reduce_case(Comm& comm, failures& f, std::size_t n, bool in_place) {
 template <class T, class Op, class Comm>
 void reduce_case(Comm& comm, failures& f, std::size_t n, bool in_place) {
   constexpr auto k = Op::kind;
-  const int p = comm.size(), r = comm.rank(), root = static_cast<int>(n % static_cast<std::size_t>(p));
+  const int p = comm.size(), r = comm.rank(),
+            root = static_cast<int>(n % static_cast<std::size_t>(p));
   buffer<T> in(n), out(r == root ? n : 0, to<T>(0));
   for (std::size_t i = 0; i < n; ++i) in[i] = to<T>(input<T>(k, r, i));
   if (in_place)
@@ -122,8 +121,8 @@ void reduce_scatter_case(Comm& comm, failures& f, std::size_t n, bool in_place) 
   for (std::size_t i = 0; i < n; ++i) {
     const T got = in_place ? in[mine + i] : out[i];
     if (!matches<T>(k, got, reference<T>(k, p, mine + i))) {
-      f.add("reduce_scatter " + tname<T>() + " " + std::string{tutti::name(k)} + " p=" +
-            std::to_string(p) + " n=" + std::to_string(n) + " rank " + std::to_string(r));
+      f.add("reduce_scatter " + tname<T>() + " " + std::string{tutti::name(k)} +
+            " p=" + std::to_string(p) + " n=" + std::to_string(n) + " rank " + std::to_string(r));
       return;
     }
   }
@@ -134,7 +133,8 @@ void reducing_sweep(Comm& comm, failures& f) {
   using tr = tutti::inproc;
   for (std::size_t n : counts_for(comm.size()))
     for (bool in_place : {false, true}) {
-      if constexpr (tutti::detail::has_all_reduce<P, tr>) all_reduce_case<T, Op>(comm, f, n, in_place);
+      if constexpr (tutti::detail::has_all_reduce<P, tr>)
+        all_reduce_case<T, Op>(comm, f, n, in_place);
       if constexpr (tutti::detail::has_reduce<P, tr>) reduce_case<T, Op>(comm, f, n, in_place);
       if constexpr (tutti::detail::has_reduce_scatter<P, tr>)
         reduce_scatter_case<T, Op>(comm, f, n, in_place);
@@ -145,7 +145,8 @@ void reducing_sweep(Comm& comm, failures& f) {
 
 template <class T, class Comm>
 void broadcast_case(Comm& comm, failures& f, std::size_t n) {
-  const int p = comm.size(), r = comm.rank(), root = static_cast<int>((n + 1) % static_cast<std::size_t>(p));
+  const int p = comm.size(), r = comm.rank(),
+            root = static_cast<int>((n + 1) % static_cast<std::size_t>(p));
   buffer<T> buf(n);
   for (std::size_t i = 0; i < n; ++i) buf[i] = r == root ? datum<T>(root, i) : datum<T>(99, i + 1);
   comm.broadcast(std::span<T>(buf), root);
@@ -178,7 +179,8 @@ void all_gather_case(Comm& comm, failures& f, std::size_t n, bool in_place) {
 
 template <class T, class Comm>
 void gather_scatter_case(Comm& comm, failures& f, std::size_t n) {
-  const int p = comm.size(), r = comm.rank(), root = static_cast<int>((n + 2) % static_cast<std::size_t>(p));
+  const int p = comm.size(), r = comm.rank(),
+            root = static_cast<int>((n + 2) % static_cast<std::size_t>(p));
   const auto up = static_cast<std::size_t>(p);
   buffer<T> in(n), all(r == root ? n * up : 0, datum<T>(99, 0));
   for (std::size_t i = 0; i < n; ++i) in[i] = datum<T>(r, i);
@@ -226,7 +228,8 @@ void all_to_all_case(Comm& comm, failures& f, std::size_t n, bool in_place) {
 std::vector<std::size_t> v_counts(int p, std::size_t n, int salt) {
   std::vector<std::size_t> c(static_cast<std::size_t>(p));
   for (int q = 0; q < p; ++q)
-    c[static_cast<std::size_t>(q)] = (q + salt) % 3 == 0 ? 0 : n + static_cast<std::size_t>((q * 7 + salt) % 5);
+    c[static_cast<std::size_t>(q)] =
+        (q + salt) % 3 == 0 ? 0 : n + static_cast<std::size_t>((q * 7 + salt) % 5);
   return c;
 }
 
@@ -239,7 +242,8 @@ void vector_case(Comm& comm, failures& f, std::size_t n) {
   const std::size_t total = off.back();
   const int root = static_cast<int>(n % up);
   auto fail = [&](const char* what) {
-    f.add(std::string{what} + " " + tname<T>() + " p=" + std::to_string(p) + " n=" + std::to_string(n));
+    f.add(std::string{what} + " " + tname<T>() + " p=" + std::to_string(p) +
+          " n=" + std::to_string(n));
   };
   buffer<T> in(counts[ur]);
   for (std::size_t i = 0; i < in.size(); ++i) in[i] = datum<T>(r, i);
@@ -248,7 +252,8 @@ void vector_case(Comm& comm, failures& f, std::size_t n) {
   comm.all_gatherv(std::span<const T>(in), std::span<T>(all), std::span<const std::size_t>(counts));
   for (std::size_t q = 0; q < up; ++q)
     for (std::size_t i = 0; i < counts[q]; ++i)
-      if (from(all[off[q] + i]) != from(datum<T>(static_cast<int>(q), i))) return fail("all_gatherv");
+      if (from(all[off[q] + i]) != from(datum<T>(static_cast<int>(q), i)))
+        return fail("all_gatherv");
 
   buffer<T> g(r == root ? total : 0, datum<T>(99, 0));
   comm.gatherv(std::span<const T>(in), std::span<T>(g), std::span<const std::size_t>(counts), root);
@@ -273,7 +278,8 @@ void vector_case(Comm& comm, failures& f, std::size_t n) {
                    std::span<const std::size_t>(rc));
   for (std::size_t q = 0; q < up; ++q)
     for (std::size_t i = 0; i < rc[q]; ++i)
-      if (from(b[ro[q] + i]) != from(datum<T>(static_cast<int>(q) * 8 + r, i))) return fail("all_to_allv");
+      if (from(b[ro[q] + i]) != from(datum<T>(static_cast<int>(q) * 8 + r, i)))
+        return fail("all_to_allv");
 }
 
 template <class P, class T, class Comm>

@@ -23,13 +23,15 @@ namespace {
 struct outcome {
   std::vector<int> kind;
   std::vector<std::string> what;
-  explicit outcome(int p) : kind(static_cast<std::size_t>(p), 0), what(static_cast<std::size_t>(p)) {}
+  explicit outcome(int p)
+      : kind(static_cast<std::size_t>(p), 0), what(static_cast<std::size_t>(p)) {}
 };
 
 /// Runs `body` on p ranks with a 10 s timeout; each rank then calls barrier() (the call after
 /// the mismatch). Records the first tutti::error each rank raised.
 template <class P>
-outcome run_recording(int p, const std::function<void(tutti::communicator<tutti::inproc, P>&)>& body,
+outcome run_recording(int p,
+                      const std::function<void(tutti::communicator<tutti::inproc, P>&)>& body,
                       std::chrono::milliseconds timeout = 10s) {
   outcome o(p);
   std::mutex mu;
@@ -127,9 +129,7 @@ TEST_CASE("mismatched calls raise on every rank: recursive_doubling") {
   mismatch_suite<tutti::recursive_doubling>();
 }
 TEST_CASE("mismatched calls raise on every rank: direct") { mismatch_suite<tutti::direct>(); }
-TEST_CASE("mismatched calls raise on every rank: automatic") {
-  mismatch_suite<tutti::automatic>();
-}
+TEST_CASE("mismatched calls raise on every rank: automatic") { mismatch_suite<tutti::automatic>(); }
 
 TEST_CASE("a rank that skips the last call makes the others time out, naming it") {
   // The real scenario: rank 2 returns without the call; ranks 0 and 1 wait for it.
@@ -243,7 +243,8 @@ TEST_CASE("invalid arguments are rejected before anything is sent") {
   expect_invalid([](auto& c) {
     std::vector<int> in(3), out(3);
     std::vector<std::size_t> counts{1, 1};  // one entry short
-    c.all_gatherv(std::span<const int>(in), std::span<int>(out), std::span<const std::size_t>(counts));
+    c.all_gatherv(std::span<const int>(in), std::span<int>(out),
+                  std::span<const std::size_t>(counts));
   });
   expect_invalid([](auto& c) {
     std::vector<int> v(1);
@@ -255,15 +256,19 @@ TEST_CASE("async collectives run in issue order and rethrow at wait") {
   tutti::inproc::run<tutti::automatic>(4, [](auto& c) {
     const int p = c.size();
     std::vector<std::vector<float>> bufs;
-    for (int k = 0; k < 6; ++k) bufs.emplace_back(1000 + static_cast<std::size_t>(k), float(c.rank() + k));
+    bufs.reserve(6);
+    for (int k = 0; k < 6; ++k)
+      bufs.emplace_back(1000 + static_cast<std::size_t>(k), float(c.rank() + k));
     std::vector<tutti::work> w;
+    w.reserve(bufs.size());
     for (auto& b : bufs) w.push_back(c.all_reduce_async(std::span<float>(b), tutti::sum));
     std::vector<int> bc(3, c.rank() == 0 ? 42 : 0);
     c.broadcast(std::span<int>(bc), 0);  // blocking, after the queued ones
     for (auto& x : w) CHECK(x.done());
     for (int k = 0; k < 6; ++k) {
       w[static_cast<std::size_t>(k)].wait();
-      const float want = float(p * (p - 1) / 2 + p * k);
+      const int exact = p * (p - 1) / 2 + p * k;  // 0 + 1 + ... + (p-1) + p*k
+      const auto want = static_cast<float>(exact);
       for (float x : bufs[static_cast<std::size_t>(k)]) REQUIRE(x == want);
     }
     CHECK(bc[2] == 42);
@@ -295,7 +300,8 @@ TEST_CASE("send and recv match by tag in order, and check sizes") {
     const int to = (r + 1) % p, from = (r + p - 1) % p;
     std::vector<std::int64_t> out(5), in(5);
     for (int round = 0; round < 3; ++round) {
-      for (std::size_t i = 0; i < 5; ++i) out[i] = r * 100 + round * 10 + static_cast<std::int64_t>(i);
+      for (std::size_t i = 0; i < 5; ++i)
+        out[i] = r * 100 + round * 10 + static_cast<std::int64_t>(i);
       if (r % 2 == 0) {
         c.send(std::span<const std::int64_t>(out), to, 7);
         c.recv(std::span<std::int64_t>(in), from, 7);
@@ -328,10 +334,13 @@ TEST_CASE("TUTTI_TIMEOUT sets the default deadline") {
   CHECK(o.timeout == std::chrono::milliseconds(200));
   const auto start = clk::now();
   try {
-    tutti::inproc::run<tutti::tree>(2, [&](auto& c) {
-      std::vector<int> v(1);
-      if (c.rank() == 0) c.recv(std::span<int>(v), 1, 3);  // rank 1 never sends
-    }, o);
+    tutti::inproc::run<tutti::tree>(
+        2,
+        [&](auto& c) {
+          std::vector<int> v(1);
+          if (c.rank() == 0) c.recv(std::span<int>(v), 1, 3);  // rank 1 never sends
+        },
+        o);
     FAIL("no error");
   } catch (const tutti::error& e) {
     CHECK(e.kind() == tutti::errc::timeout);

@@ -55,7 +55,9 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   // ---- all_reduce -------------------------------------------------------------------------
   /// Reduces `buf` across ranks in place; every rank gets the result.
   template <element T, class Op>
-  void all_reduce(std::span<T> buf, Op op) { this->template all_reduce_impl<T>(buf, buf, op, false); }
+  void all_reduce(std::span<T> buf, Op op) {
+    this->template all_reduce_impl<T>(buf, buf, op, false);
+  }
   /// Out-of-place: `out` (same size as `in`) receives the result; `in` is unchanged.
   template <element T, class Op>
   void all_reduce(std::span<const T> in, std::span<T> out, Op op) {
@@ -79,7 +81,9 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   }
   /// In place: root's `buf` receives the result; other ranks' `buf` is not changed.
   template <element T, class Op>
-  void reduce(std::span<T> buf, Op op, int root) { this->template reduce_impl<T>(buf, buf, op, root, false); }
+  void reduce(std::span<T> buf, Op op, int root) {
+    this->template reduce_impl<T>(buf, buf, op, root, false);
+  }
   template <element T, class Op>
   [[nodiscard]] work reduce_async(std::span<const T> in, std::span<T> out, Op op, int root) {
     return this->template reduce_impl<T>(in, out, op, root, true);
@@ -88,7 +92,9 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   // ---- broadcast --------------------------------------------------------------------------
   /// Copies root's `buf` into every rank's `buf`.
   template <element T>
-  void broadcast(std::span<T> buf, int root) { this->template broadcast_impl<T>(buf, root, false); }
+  void broadcast(std::span<T> buf, int root) {
+    this->template broadcast_impl<T>(buf, root, false);
+  }
   template <element T>
   [[nodiscard]] work broadcast_async(std::span<T> buf, int root) {
     return this->template broadcast_impl<T>(buf, root, true);
@@ -97,10 +103,14 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   // ---- all_gather -------------------------------------------------------------------------
   /// `out` (size() * in.size()) receives every rank's `in`, in rank order.
   template <element T>
-  void all_gather(std::span<const T> in, std::span<T> out) { this->template all_gather_impl<T>(in, out, false); }
+  void all_gather(std::span<const T> in, std::span<T> out) {
+    this->template all_gather_impl<T>(in, out, false);
+  }
   /// In place: `buf` holds size() blocks; this rank's block is its input.
   template <element T>
-  void all_gather(std::span<T> buf) { this->template all_gather_in_place<T>(buf, false); }
+  void all_gather(std::span<T> buf) {
+    this->template all_gather_in_place<T>(buf, false);
+  }
   template <element T>
   [[nodiscard]] work all_gather_async(std::span<const T> in, std::span<T> out) {
     return this->template all_gather_impl<T>(in, out, true);
@@ -136,9 +146,11 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   /// In place: `buf` holds size() blocks; block rank() receives this rank's result.
   template <element T, class Op>
   void reduce_scatter(std::span<T> buf, Op op) {
-    if (buf.size() % static_cast<std::size_t>(size()) != 0) this->bad_size("reduce_scatter", buf.size());
+    if (buf.size() % static_cast<std::size_t>(size()) != 0)
+      this->bad_size("reduce_scatter", buf.size());
     const std::size_t n = buf.size() / static_cast<std::size_t>(size());
-    this->template reduce_scatter_impl<T>(buf, buf.subspan(static_cast<std::size_t>(rank()) * n, n), op, false);
+    this->template reduce_scatter_impl<T>(buf, buf.subspan(static_cast<std::size_t>(rank()) * n, n),
+                                          op, false);
   }
   template <element T, class Op>
   [[nodiscard]] work reduce_scatter_async(std::span<const T> in, std::span<T> out, Op op) {
@@ -148,9 +160,13 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   // ---- all_to_all -------------------------------------------------------------------------
   /// Block j of this rank's `in` goes to rank j, arriving as block rank() of its `out`.
   template <element T>
-  void all_to_all(std::span<const T> in, std::span<T> out) { this->template all_to_all_impl<T>(in, out, false); }
+  void all_to_all(std::span<const T> in, std::span<T> out) {
+    this->template all_to_all_impl<T>(in, out, false);
+  }
   template <element T>
-  void all_to_all(std::span<T> buf) { this->template all_to_all_impl<T>(buf, buf, false); }
+  void all_to_all(std::span<T> buf) {
+    this->template all_to_all_impl<T>(buf, buf, false);
+  }
   template <element T>
   [[nodiscard]] work all_to_all_async(std::span<const T> in, std::span<T> out) {
     return this->template all_to_all_impl<T>(in, out, true);
@@ -198,7 +214,8 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   }
   template <element T>
   void recv(std::span<T> data, int src, std::uint64_t tag = 0) {
-    this->p2p_impl(detail::collective::recv, {}, std::as_writable_bytes(data), src, tag, dtype_of<T>);
+    this->p2p_impl(detail::collective::recv, {}, std::as_writable_bytes(data), src, tag,
+                   dtype_of<T>);
   }
 };
 

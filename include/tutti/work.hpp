@@ -44,7 +44,8 @@ class work {
   /// Blocks until the collective finished; rethrows its tutti::error if it failed.
   void wait() const {
     if (!s_) return;
-    detail::wait_on(s_->bell, false, [this] { return s_->is_done(); }, [] {});
+    detail::wait_on(
+        s_->bell, false, [this] { return s_->is_done(); }, [] {});
     if (s_->error) std::rethrow_exception(s_->error);
   }
 
@@ -56,10 +57,11 @@ class work {
     const auto deadline = detail::clock::now() + d;
     struct expired {};
     try {
-      detail::wait_on(s_->bell, false, [this] { return s_->is_done(); },
-                      [&] {
-                        if (detail::clock::now() >= deadline) throw expired{};
-                      });
+      detail::wait_on(
+          s_->bell, false, [this] { return s_->is_done(); },
+          [&] {
+            if (detail::clock::now() >= deadline) throw expired{};
+          });
     } catch (const expired&) {
       return false;
     }

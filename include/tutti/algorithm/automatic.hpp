@@ -47,18 +47,24 @@ template <class T>
   switch (k) {
     case collective::all_reduce:
       switch (pol) {
-        case policy_id::ring: return 2 * (p - 1) * a + 2 * frac * n * b + frac * n * g;
-        case policy_id::recursive_halving: return 2 * lg * a + 2 * frac * n * b + frac * n * g + fold;
-        case policy_id::recursive_doubling: return lg * (a + n * b + n * g) + fold;
-        case policy_id::tree: return 2 * lg * a + 2 * lg * n * b + lg * n * g;
+        case policy_id::ring:
+          return 2 * (p - 1) * a + 2 * frac * n * b + frac * n * g;
+        case policy_id::recursive_halving:
+          return 2 * lg * a + 2 * frac * n * b + frac * n * g + fold;
+        case policy_id::recursive_doubling:
+          return lg * (a + n * b + n * g) + fold;
+        case policy_id::tree:
+          return 2 * lg * a + 2 * lg * n * b + lg * n * g;
         case policy_id::direct:
           return std::max(1.0, segment_rounds) * 2 * lg * a + 2 * n * b + frac * n * g +
                  (n <= double(direct::small_round) ? (p - 1) * n * g : 0.0);
-        default: return never;
+        default:
+          return never;
       }
     case collective::reduce:
       if (pol == policy_id::tree) return lg * (a + n * b + n * g);
-      if (pol == policy_id::direct) return std::max(1.0, segment_rounds) * 2 * lg * a + 2 * n * b + frac * n * g;
+      if (pol == policy_id::direct)
+        return std::max(1.0, segment_rounds) * 2 * lg * a + 2 * n * b + frac * n * g;
       return never;
     case collective::broadcast:
       if (pol == policy_id::tree) return lg * (a + n * b);
@@ -81,7 +87,8 @@ template <class T>
       return never;
     case collective::reduce_scatter:
       if (pol == policy_id::ring) return (p - 1) * a + frac * n * (b + g) + 2 * n * b;
-      if (pol == policy_id::recursive_halving) return lg * a + frac * n * (b + g) + 2 * n * b + fold;
+      if (pol == policy_id::recursive_halving)
+        return lg * a + frac * n * (b + g) + 2 * n * b + fold;
       if (pol == policy_id::direct) return std::max(1.0, segment_rounds) * lg * a + n * b + n * g;
       return never;
     case collective::all_to_all:
@@ -104,13 +111,20 @@ template <class T>
 template <class F>
 bool with_policy(policy_id id, F&& f) {
   switch (id) {
-    case policy_id::ring: return f.template operator()<ring>();
-    case policy_id::tree: return f.template operator()<tree>();
-    case policy_id::recursive_halving: return f.template operator()<recursive_halving>();
-    case policy_id::recursive_doubling: return f.template operator()<recursive_doubling>();
-    case policy_id::direct: return f.template operator()<direct>();
-    case policy_id::bruck: return f.template operator()<bruck>();
-    default: return false;
+    case policy_id::ring:
+      return f.template operator()<ring>();
+    case policy_id::tree:
+      return f.template operator()<tree>();
+    case policy_id::recursive_halving:
+      return f.template operator()<recursive_halving>();
+    case policy_id::recursive_doubling:
+      return f.template operator()<recursive_doubling>();
+    case policy_id::direct:
+      return f.template operator()<direct>();
+    case policy_id::bruck:
+      return f.template operator()<bruck>();
+    default:
+      return false;
   }
 }
 
@@ -143,20 +157,20 @@ struct automatic {
     return best;
   }
 
-#define TUTTI_AUTOMATIC_DISPATCH(coll, bytes, ...)                                              \
-  using T = typename Ctx::transport_type;                                                       \
-  auto runs = [](detail::policy_id id) {                                                        \
-    return detail::with_policy(id, []<class P>() { return detail::has_##coll<P, T>; });         \
-  };                                                                                            \
-  const auto id = choose(detail::collective::coll, bytes, c.size(), detail::costs_of<T>(),      \
-                         c.overrides(), runs);                                                  \
-  detail::with_policy(id, [&]<class P>() {                                                      \
-    if constexpr (detail::has_##coll<P, T>) {                                                   \
-      P::coll(c __VA_OPT__(, ) __VA_ARGS__);                                                   \
-      return true;                                                                              \
-    } else {                                                                                    \
-      return false;                                                                             \
-    }                                                                                           \
+#define TUTTI_AUTOMATIC_DISPATCH(coll, bytes, ...)                                         \
+  using T = typename Ctx::transport_type;                                                  \
+  auto runs = [](detail::policy_id id) {                                                   \
+    return detail::with_policy(id, []<class P>() { return detail::has_##coll<P, T>; });    \
+  };                                                                                       \
+  const auto id = choose(detail::collective::coll, bytes, c.size(), detail::costs_of<T>(), \
+                         c.overrides(), runs);                                             \
+  detail::with_policy(id, [&]<class P>() {                                                 \
+    if constexpr (detail::has_##coll<P, T>) {                                              \
+      P::coll(c __VA_OPT__(, ) __VA_ARGS__);                                               \
+      return true;                                                                         \
+    } else {                                                                               \
+      return false;                                                                        \
+    }                                                                                      \
   })
 
   template <class Ctx>
@@ -173,13 +187,13 @@ struct automatic {
   }
   template <class Ctx>
   static void all_gather(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
-    TUTTI_AUTOMATIC_DISPATCH(all_gather, count * c.elem() * static_cast<std::size_t>(c.size()),
-                             in, out, count);
+    TUTTI_AUTOMATIC_DISPATCH(all_gather, count * c.elem() * static_cast<std::size_t>(c.size()), in,
+                             out, count);
   }
   template <class Ctx>
   static void gather(Ctx& c, const std::byte* in, std::byte* out, std::size_t count, int root) {
-    TUTTI_AUTOMATIC_DISPATCH(gather, count * c.elem() * static_cast<std::size_t>(c.size()), in,
-                             out, count, root);
+    TUTTI_AUTOMATIC_DISPATCH(gather, count * c.elem() * static_cast<std::size_t>(c.size()), in, out,
+                             count, root);
   }
   template <class Ctx>
   static void scatter(Ctx& c, const std::byte* in, std::byte* out, std::size_t count, int root) {
@@ -188,14 +202,13 @@ struct automatic {
   }
   template <class Ctx>
   static void reduce_scatter(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
-    TUTTI_AUTOMATIC_DISPATCH(reduce_scatter,
-                             count * c.elem() * static_cast<std::size_t>(c.size()), in, out,
-                             count);
+    TUTTI_AUTOMATIC_DISPATCH(reduce_scatter, count * c.elem() * static_cast<std::size_t>(c.size()),
+                             in, out, count);
   }
   template <class Ctx>
   static void all_to_all(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
-    TUTTI_AUTOMATIC_DISPATCH(all_to_all, count * c.elem() * static_cast<std::size_t>(c.size()),
-                             in, out, count);
+    TUTTI_AUTOMATIC_DISPATCH(all_to_all, count * c.elem() * static_cast<std::size_t>(c.size()), in,
+                             out, count);
   }
   template <class Ctx>
   static void all_gatherv(Ctx& c, const std::byte* in, std::byte* out,

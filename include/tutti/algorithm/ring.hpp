@@ -60,7 +60,8 @@ struct ring {
     const int v = detail::mod(c.rank() - root, p);
     const int next = detail::mod(c.rank() + 1, p), prev = detail::mod(c.rank() - 1, p);
     const std::size_t bytes = count * c.elem();
-    const std::size_t seg = std::max<std::size_t>(c.elem(), broadcast_segment / c.elem() * c.elem());
+    const std::size_t seg =
+        std::max<std::size_t>(c.elem(), broadcast_segment / c.elem() * c.elem());
     std::vector<typename Ctx::request> sends;
     std::size_t at = 0;
     do {

@@ -10,12 +10,12 @@ namespace tutti {
 
 /// Why a collective failed.
 enum class errc : int {
-  timeout = 1,         ///< a wait passed its deadline
-  mismatch,            ///< ranks called different collectives, counts, types, ops or roots
-  peer_lost,           ///< a peer died or closed its connection
-  aborted,             ///< another rank failed and the communicator was aborted
-  invalid_argument,    ///< a bad argument found before anything was sent
-  transport_failure,   ///< the transport itself failed (system call, backend error)
+  timeout = 1,        ///< a wait passed its deadline
+  mismatch,           ///< ranks called different collectives, counts, types, ops or roots
+  peer_lost,          ///< a peer died or closed its connection
+  aborted,            ///< another rank failed and the communicator was aborted
+  invalid_argument,   ///< a bad argument found before anything was sent
+  transport_failure,  ///< the transport itself failed (system call, backend error)
 };
 
 namespace detail {
@@ -25,12 +25,18 @@ class error_category_impl final : public std::error_category {
   [[nodiscard]] const char* name() const noexcept override { return "tutti"; }
   [[nodiscard]] std::string message(int ev) const override {
     switch (static_cast<errc>(ev)) {
-      case errc::timeout: return "timed out";
-      case errc::mismatch: return "mismatched collective call";
-      case errc::peer_lost: return "peer lost";
-      case errc::aborted: return "communicator aborted";
-      case errc::invalid_argument: return "invalid argument";
-      case errc::transport_failure: return "transport failure";
+      case errc::timeout:
+        return "timed out";
+      case errc::mismatch:
+        return "mismatched collective call";
+      case errc::peer_lost:
+        return "peer lost";
+      case errc::aborted:
+        return "communicator aborted";
+      case errc::invalid_argument:
+        return "invalid argument";
+      case errc::transport_failure:
+        return "transport failure";
     }
     return "unknown tutti error";
   }

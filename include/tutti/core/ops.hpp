@@ -15,15 +15,24 @@ enum class op_kind : std::uint8_t { none, sum, prod, min, max, avg, band, bor, b
 
 [[nodiscard]] constexpr std::string_view name(op_kind o) noexcept {
   switch (o) {
-    case op_kind::none: return "none";
-    case op_kind::sum: return "sum";
-    case op_kind::prod: return "prod";
-    case op_kind::min: return "min";
-    case op_kind::max: return "max";
-    case op_kind::avg: return "avg";
-    case op_kind::band: return "band";
-    case op_kind::bor: return "bor";
-    case op_kind::bxor: return "bxor";
+    case op_kind::none:
+      return "none";
+    case op_kind::sum:
+      return "sum";
+    case op_kind::prod:
+      return "prod";
+    case op_kind::min:
+      return "min";
+    case op_kind::max:
+      return "max";
+    case op_kind::avg:
+      return "avg";
+    case op_kind::band:
+      return "band";
+    case op_kind::bor:
+      return "bor";
+    case op_kind::bxor:
+      return "bxor";
   }
   return "?";
 }
@@ -56,9 +65,9 @@ inline constexpr bxor_t bxor{};
 
 /// One of tutti's reduction tags.
 template <class Op>
-concept reduction = requires { std::remove_cvref_t<Op>::kind; } &&
-                    std::is_base_of_v<detail::op_tag<std::remove_cvref_t<Op>::kind>,
-                                      std::remove_cvref_t<Op>>;
+concept reduction = requires {
+  std::remove_cvref_t<Op>::kind;
+} && std::is_base_of_v<detail::op_tag<std::remove_cvref_t<Op>::kind>, std::remove_cvref_t<Op>>;
 
 /// True when `Op` can reduce elements of type `T`: arithmetic ops on every numeric type but
 /// bool and char, min/max on every type, bitwise ops on integer types only.

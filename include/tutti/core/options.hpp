@@ -3,6 +3,7 @@
 /// Communicator options and the environment variables that set their defaults.
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 
@@ -18,7 +19,7 @@ namespace detail {
   char* end = nullptr;
   const double seconds = std::strtod(s, &end);
   if (end == s || *end != '\0' || !(seconds > 0) || seconds > 1e9) return fallback;
-  return std::chrono::milliseconds{static_cast<long long>(seconds * 1000.0 + 0.5)};
+  return std::chrono::milliseconds{std::llround(seconds * 1000.0)};
 }
 
 /// The value of an environment variable, or "" when unset.

@@ -14,31 +14,37 @@
 namespace tutti::detail {
 
 template <class T>
-inline constexpr bool is_float16 =
-    std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
+inline constexpr bool is_float16 = std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
 
 /// The type arithmetic runs in: float for 16-bit floats, an unsigned type of at least 32 bits
 /// for integer sum and product (wrap-around instead of undefined overflow), T otherwise.
 template <op_kind K, class T>
 using compute_t = std::conditional_t<
     is_float16<T>, float,
-    std::conditional_t<std::is_integral_v<T> && !std::is_same_v<T, bool> &&
-                           (K == op_kind::sum || K == op_kind::prod || K == op_kind::avg),
-                       std::conditional_t<(sizeof(T) < 4), std::uint32_t,
-                                          std::make_unsigned_t<std::conditional_t<
-                                              std::is_integral_v<T> && !std::is_same_v<T, bool>,
-                                              T, int>>>,
-                       T>>;
+    std::conditional_t<
+        std::is_integral_v<T> && !std::is_same_v<T, bool> &&
+            (K == op_kind::sum || K == op_kind::prod || K == op_kind::avg),
+        std::conditional_t<(sizeof(T) < 4), std::uint32_t,
+                           std::make_unsigned_t<std::conditional_t<
+                               std::is_integral_v<T> && !std::is_same_v<T, bool>, T, int>>>,
+        T>>;
 
 template <op_kind K, class C>
 [[nodiscard]] constexpr C combine(C a, C b) noexcept {
-  if constexpr (K == op_kind::sum || K == op_kind::avg) return static_cast<C>(a + b);
-  else if constexpr (K == op_kind::prod) return static_cast<C>(a * b);
-  else if constexpr (K == op_kind::min) return b < a ? b : a;
-  else if constexpr (K == op_kind::max) return a < b ? b : a;
-  else if constexpr (K == op_kind::band) return static_cast<C>(a & b);
-  else if constexpr (K == op_kind::bor) return static_cast<C>(a | b);
-  else return static_cast<C>(a ^ b);
+  if constexpr (K == op_kind::sum || K == op_kind::avg)
+    return static_cast<C>(a + b);
+  else if constexpr (K == op_kind::prod)
+    return static_cast<C>(a * b);
+  else if constexpr (K == op_kind::min)
+    return b < a ? b : a;
+  else if constexpr (K == op_kind::max)
+    return a < b ? b : a;
+  else if constexpr (K == op_kind::band)
+    return static_cast<C>(a & b);
+  else if constexpr (K == op_kind::bor)
+    return static_cast<C>(a | b);
+  else
+    return static_cast<C>(a ^ b);
 }
 
 /// d[i] = a[i] op b[i]. `d` may alias `a` or `b` exactly (element for element), never partly.
@@ -104,8 +110,7 @@ template <op_kind K, class T>
 [[nodiscard]] constexpr reducer make_reducer() noexcept {
   reducer r;
   r.combine_fn = [](void* d, const void* a, const void* b, std::size_t n) noexcept {
-    reduce_kernel<K, T>(static_cast<T*>(d), static_cast<const T*>(a), static_cast<const T*>(b),
-                        n);
+    reduce_kernel<K, T>(static_cast<T*>(d), static_cast<const T*>(a), static_cast<const T*>(b), n);
   };
   if constexpr (K == op_kind::avg)
     r.divide_fn = [](void* x, std::size_t n, int divisor) noexcept {

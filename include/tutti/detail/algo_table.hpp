@@ -24,12 +24,18 @@
 namespace tutti::detail {
 
 enum class policy_id : std::uint8_t {
-  ring, tree, recursive_halving, recursive_doubling, direct, bruck, count_
+  ring,
+  tree,
+  recursive_halving,
+  recursive_doubling,
+  direct,
+  bruck,
+  count_
 };
 
 [[nodiscard]] constexpr std::string_view name(policy_id p) noexcept {
-  constexpr std::string_view names[] = {"ring",   "tree",  "recursive_halving",
-                                        "recursive_doubling", "direct", "bruck"};
+  constexpr std::string_view names[] = {"ring",   "tree", "recursive_halving", "recursive_doubling",
+                                        "direct", "bruck"};
   return p == policy_id::count_ ? "?" : names[static_cast<int>(p)];
 }
 

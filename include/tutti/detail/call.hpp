@@ -14,15 +14,29 @@
 namespace tutti::detail {
 
 enum class collective : std::uint8_t {
-  none, all_reduce, reduce, broadcast, all_gather, gather, scatter, reduce_scatter, all_to_all,
-  all_gatherv, gatherv, scatterv, all_to_allv, barrier, send, recv,
+  none,
+  all_reduce,
+  reduce,
+  broadcast,
+  all_gather,
+  gather,
+  scatter,
+  reduce_scatter,
+  all_to_all,
+  all_gatherv,
+  gatherv,
+  scatterv,
+  all_to_allv,
+  barrier,
+  send,
+  recv,
 };
 
 [[nodiscard]] constexpr std::string_view name(collective c) noexcept {
-  constexpr std::string_view names[] = {
-      "none",        "all_reduce", "reduce",  "broadcast",  "all_gather", "gather",
-      "scatter",     "reduce_scatter", "all_to_all", "all_gatherv", "gatherv", "scatterv",
-      "all_to_allv", "barrier",    "send",    "recv"};
+  constexpr std::string_view names[] = {"none",        "all_reduce",  "reduce",  "broadcast",
+                                        "all_gather",  "gather",      "scatter", "reduce_scatter",
+                                        "all_to_all",  "all_gatherv", "gatherv", "scatterv",
+                                        "all_to_allv", "barrier",     "send",    "recv"};
   return names[static_cast<int>(c)];
 }
 
@@ -75,8 +89,8 @@ struct fingerprint {
 /// One call in flight on one rank.
 struct call {
   fingerprint fp;
-  std::uint64_t seq = 0;      ///< counts from 1 on each communicator
-  reducer red;                ///< the element type's reduction (op none: copies only)
+  std::uint64_t seq = 0;  ///< counts from 1 on each communicator
+  reducer red;            ///< the element type's reduction (op none: copies only)
   std::size_t elem_size = 1;
 
   [[nodiscard]] std::string name_str() const { return std::string{name(fp.coll)}; }

@@ -215,15 +215,14 @@ class communicator_base {
                [](ctx_t& c) { Algorithm::barrier(c); });
   }
 
-  void p2p_impl(collective kind, std::span<const std::byte> out, std::span<std::byte> in,
-                int peer, std::uint64_t tag, dtype type) {
+  void p2p_impl(collective kind, std::span<const std::byte> out, std::span<std::byte> in, int peer,
+                std::uint64_t tag, dtype type) {
     state& s = *s_;
     s.queue.drain();
     call c;
     c.fp = fingerprint{kind, type, op_kind::none, -1, (out.size() + in.size())};
     c.seq = s.seq;  // point-to-point calls do not take a collective sequence number
-    if (!s.broken.empty())
-      throw error(errc::aborted, c.name_str(), c.seq, rank(), peer, s.broken);
+    if (!s.broken.empty()) throw error(errc::aborted, c.name_str(), c.seq, rank(), peer, s.broken);
     if (peer < 0 || peer >= size() || peer == rank())
       throw error(errc::invalid_argument, c.name_str(), c.seq, rank(), peer,
                   "peer must be another rank in [0, " + std::to_string(size()) + ")");
@@ -249,7 +248,7 @@ class communicator_base {
     algo_table overrides;
     scratch_space scratch;
     std::uint64_t seq = 0;
-    std::string broken;     // why the communicator can no longer be used; "" while healthy
+    std::string broken;    // why the communicator can no longer be used; "" while healthy
     progress_queue queue;  // last: destroyed (and joined) first, while the rest still lives
   };
 
@@ -266,8 +265,8 @@ class communicator_base {
   }
   template <class T>
   [[nodiscard]] static call_spec plain(collective k, std::uint64_t n, int root) noexcept {
-    return {fingerprint{k, dtype_of<T>, op_kind::none, root, n}, reducer{nullptr, nullptr,
-            sizeof(T), op_kind::none}, sizeof(T)};
+    return {fingerprint{k, dtype_of<T>, op_kind::none, root, n},
+            reducer{nullptr, nullptr, sizeof(T), op_kind::none}, sizeof(T)};
   }
 
   template <class T>

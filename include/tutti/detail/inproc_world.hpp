@@ -52,7 +52,8 @@ class inproc_world {
   explicit inproc_world(int n, std::size_t segment_bytes = std::size_t{1} << 20)
       : n_(n),
         ranks_(std::make_unique<inproc_rank_state[]>(static_cast<std::size_t>(n))),
-        channels_(std::make_unique<inproc_channel[]>(static_cast<std::size_t>(2 * n * n))),
+        channels_(std::make_unique<inproc_channel[]>(2 * static_cast<std::size_t>(n) *
+                                                     static_cast<std::size_t>(n))),
         segment_bytes_(segment_bytes),
         segments_(static_cast<std::size_t>(n)) {
     // Default-initialised (not zeroed): pages are touched only when a direct algorithm uses them.
@@ -127,7 +128,8 @@ class inproc_world {
   }
   /// Returns true for the last rank to arrive, which has released the others.
   bool barrier_arrive() noexcept {
-    if (barrier_arrived_.fetch_add(1, std::memory_order_acq_rel) != static_cast<std::uint32_t>(n_ - 1))
+    if (barrier_arrived_.fetch_add(1, std::memory_order_acq_rel) !=
+        static_cast<std::uint32_t>(n_ - 1))
       return false;
     barrier_arrived_.store(0, std::memory_order_relaxed);
     barrier_gen_.fetch_add(1, std::memory_order_acq_rel);
@@ -147,10 +149,9 @@ class inproc_world {
       problem = snd->seq == rcv->seq
                     ? mismatch_text(rcv->owner, rcv->fp, snd->owner, snd->fp)
                     : "mismatched collective: rank " + std::to_string(rcv->owner) +
-                          " is in call #" + std::to_string(rcv->seq) + " " +
-                          rcv->fp.describe() + " but rank " + std::to_string(snd->owner) +
-                          " sent from call #" + std::to_string(snd->seq) + " " +
-                          snd->fp.describe();
+                          " is in call #" + std::to_string(rcv->seq) + " " + rcv->fp.describe() +
+                          " but rank " + std::to_string(snd->owner) + " sent from call #" +
+                          std::to_string(snd->seq) + " " + snd->fp.describe();
     } else if (snd->bytes != rcv->bytes) {
       problem = "message size mismatch: rank " + std::to_string(snd->owner) + " sent " +
                 std::to_string(snd->bytes) + " bytes but rank " + std::to_string(rcv->owner) +
@@ -166,8 +167,7 @@ class inproc_world {
       return;
     }
     if (rcv->fuse != nullptr)
-      (*rcv->fuse)(rcv->recv_buf, rcv->recv_buf, snd->send_buf,
-                   snd->bytes / rcv->fuse->elem_size);
+      (*rcv->fuse)(rcv->recv_buf, rcv->recv_buf, snd->send_buf, snd->bytes / rcv->fuse->elem_size);
     else if (snd->bytes != 0)
       std::memcpy(rcv->recv_buf, snd->send_buf, snd->bytes);
     finish(snd, inproc_message::done);

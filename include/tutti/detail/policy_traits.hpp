@@ -20,9 +20,8 @@ concept has_reduce = requires(context<T>& c, const std::byte* i, std::byte* o, s
   A::reduce(c, i, o, n, 0);
 };
 template <class A, class T>
-concept has_broadcast = requires(context<T>& c, std::byte* b, std::size_t n) {
-  A::broadcast(c, b, n, 0);
-};
+concept has_broadcast =
+    requires(context<T>& c, std::byte* b, std::size_t n) { A::broadcast(c, b, n, 0); };
 template <class A, class T>
 concept has_all_gather = requires(context<T>& c, const std::byte* i, std::byte* o, std::size_t n) {
   A::all_gather(c, i, o, n);
@@ -36,29 +35,21 @@ concept has_scatter = requires(context<T>& c, const std::byte* i, std::byte* o, 
   A::scatter(c, i, o, n, 0);
 };
 template <class A, class T>
-concept has_reduce_scatter =
-    requires(context<T>& c, const std::byte* i, std::byte* o, std::size_t n) {
-      A::reduce_scatter(c, i, o, n);
-    };
+concept has_reduce_scatter = requires(context<T>& c, const std::byte* i, std::byte* o,
+                                      std::size_t n) { A::reduce_scatter(c, i, o, n); };
 template <class A, class T>
 concept has_all_to_all = requires(context<T>& c, const std::byte* i, std::byte* o, std::size_t n) {
   A::all_to_all(c, i, o, n);
 };
 template <class A, class T>
-concept has_all_gatherv =
-    requires(context<T>& c, const std::byte* i, std::byte* o, std::span<const std::size_t> n) {
-      A::all_gatherv(c, i, o, n);
-    };
+concept has_all_gatherv = requires(context<T>& c, const std::byte* i, std::byte* o,
+                                   std::span<const std::size_t> n) { A::all_gatherv(c, i, o, n); };
 template <class A, class T>
-concept has_gatherv =
-    requires(context<T>& c, const std::byte* i, std::byte* o, std::span<const std::size_t> n) {
-      A::gatherv(c, i, o, n, 0);
-    };
+concept has_gatherv = requires(context<T>& c, const std::byte* i, std::byte* o,
+                               std::span<const std::size_t> n) { A::gatherv(c, i, o, n, 0); };
 template <class A, class T>
-concept has_scatterv =
-    requires(context<T>& c, const std::byte* i, std::byte* o, std::span<const std::size_t> n) {
-      A::scatterv(c, i, o, n, 0);
-    };
+concept has_scatterv = requires(context<T>& c, const std::byte* i, std::byte* o,
+                                std::span<const std::size_t> n) { A::scatterv(c, i, o, n, 0); };
 template <class A, class T>
 concept has_all_to_allv =
     requires(context<T>& c, const std::byte* i, std::byte* o, std::span<const std::size_t> n) {

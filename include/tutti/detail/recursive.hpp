@@ -52,8 +52,7 @@ void halving_reduce_scatter(Ctx& c, std::byte* buf, std::span<const std::size_t>
 /// Recursive doubling all-gather in place on `buf`: new rank g holds group g; afterwards every
 /// active rank holds all groups.
 template <class Ctx>
-void doubling_all_gather(Ctx& c, std::byte* buf, std::span<const std::size_t> goff,
-                         const fold& f) {
+void doubling_all_gather(Ctx& c, std::byte* buf, std::span<const std::size_t> goff, const fold& f) {
   for (int mask = 1; mask < f.pof2; mask *= 2) {
     const int partner_new = f.newrank ^ mask;
     const int partner = f.old_rank(partner_new);

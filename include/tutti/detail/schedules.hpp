@@ -145,8 +145,7 @@ void binomial_scatter(Ctx& c, const std::byte* in, std::byte* out, std::size_t b
   for (mask >>= 1; mask > 0; mask >>= 1)
     if (v + mask < p) {
       const auto child = static_cast<std::size_t>(std::min(mask, p - (v + mask)));
-      c.send(mod(v + mask + root, p), tmp + static_cast<std::size_t>(mask) * bytes,
-             child * bytes);
+      c.send(mod(v + mask + root, p), tmp + static_cast<std::size_t>(mask) * bytes, child * bytes);
     }
   copy_bytes(out, tmp, bytes);
 }
@@ -154,8 +153,8 @@ void binomial_scatter(Ctx& c, const std::byte* in, std::byte* out, std::size_t b
 /// Linear gather of blocks (byte offsets `off` into root's `out`): every rank sends to root,
 /// which posts all receives at once.
 template <class Ctx>
-void linear_gatherv(Ctx& c, const std::byte* in, std::byte* out,
-                    std::span<const std::size_t> off, int root) {
+void linear_gatherv(Ctx& c, const std::byte* in, std::byte* out, std::span<const std::size_t> off,
+                    int root) {
   const int p = c.size(), r = c.rank();
   const auto me = static_cast<std::size_t>(r);
   if (r != root) {
@@ -174,8 +173,8 @@ void linear_gatherv(Ctx& c, const std::byte* in, std::byte* out,
 
 /// Linear scatter of blocks (byte offsets `off` into root's `in`).
 template <class Ctx>
-void linear_scatterv(Ctx& c, const std::byte* in, std::byte* out,
-                     std::span<const std::size_t> off, int root) {
+void linear_scatterv(Ctx& c, const std::byte* in, std::byte* out, std::span<const std::size_t> off,
+                     int root) {
   const int p = c.size(), r = c.rank();
   const auto me = static_cast<std::size_t>(r);
   if (r != root) {
@@ -208,8 +207,8 @@ void pairwise_all_to_allv(Ctx& c, const std::byte* in, std::span<const std::size
   for (int s = 1; s < p; ++s) {
     const auto to = static_cast<std::size_t>(mod(r + s, p));
     const auto from = static_cast<std::size_t>(mod(r - s, p));
-    c.sendrecv(static_cast<int>(to), in + soff[to], soff[to + 1] - soff[to],
-               static_cast<int>(from), out + roff[from], roff[from + 1] - roff[from]);
+    c.sendrecv(static_cast<int>(to), in + soff[to], soff[to + 1] - soff[to], static_cast<int>(from),
+               out + roff[from], roff[from + 1] - roff[from]);
   }
 }
 

@@ -46,7 +46,8 @@ inline void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
 #else
   (void)shared;
   if (word.load(std::memory_order_acquire) == expected)
-    std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(limit, std::chrono::microseconds(50)));
+    std::this_thread::sleep_for(
+        std::min<std::chrono::nanoseconds>(limit, std::chrono::microseconds(50)));
 #endif
 }
 
@@ -75,9 +76,9 @@ struct doorbell {
 
 /// How long to spin and sleep. Spinning is short because ranks may outnumber cores.
 struct wait_tuning {
-  int spins = 256;                                    // pause loops before yielding
-  int yields = 16;                                    // sched_yield calls before sleeping
-  std::chrono::milliseconds slice{20};                // longest single sleep between polls
+  int spins = 256;                      // pause loops before yielding
+  int yields = 16;                      // sched_yield calls before sleeping
+  std::chrono::milliseconds slice{20};  // longest single sleep between polls
 };
 
 /// Waits until `ready()` holds. `poll()` runs before every sleep and may throw (deadline

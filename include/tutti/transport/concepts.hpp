@@ -23,26 +23,25 @@ struct cuda_device_memory {};
 /// in one space are matched in the order they were posted (collectives) or by tag (send/recv).
 /// Every wait has a deadline, and raises tutti::error on timeout, abort, dead peer or mismatch.
 template <class T>
-concept point_to_point =
-    requires(T& t, const T& ct, int peer, std::span<const std::byte> out, std::span<std::byte> in,
-             const detail::call& c, std::uint64_t tag, typename T::request& req,
-             detail::clock::time_point deadline) {
-      typename T::memory_space;
-      { ct.rank() } -> std::same_as<int>;
-      { ct.size() } -> std::same_as<int>;
-      { t.isend(peer, out, c, detail::space::collective, tag) } -> std::same_as<typename T::request>;
-      { t.irecv(peer, in, c, detail::space::collective, tag) } -> std::same_as<typename T::request>;
-      t.wait(req, c, deadline);
-      t.publish(c);  // announces the call's fingerprint before its first exchange
-    };
+concept point_to_point = requires(T& t, const T& ct, int peer, std::span<const std::byte> out,
+                                  std::span<std::byte> in, const detail::call& c, std::uint64_t tag,
+                                  typename T::request& req, detail::clock::time_point deadline) {
+  typename T::memory_space;
+  { ct.rank() } -> std::same_as<int>;
+  { ct.size() } -> std::same_as<int>;
+  { t.isend(peer, out, c, detail::space::collective, tag) } -> std::same_as<typename T::request>;
+  { t.irecv(peer, in, c, detail::space::collective, tag) } -> std::same_as<typename T::request>;
+  t.wait(req, c, deadline);
+  t.publish(c);  // announces the call's fingerprint before its first exchange
+};
 
 /// A transport that can reduce an incoming message straight into the receive buffer
 /// (`in = in op message`) without a staging copy.
 template <class T>
-concept fused_receive = point_to_point<T> && requires(T& t, int peer, std::span<std::byte> in,
-                                                      const detail::call& c) {
-  { t.irecv_reduce(peer, in, c) } -> std::same_as<typename T::request>;
-};
+concept fused_receive =
+    point_to_point<T> && requires(T& t, int peer, std::span<std::byte> in, const detail::call& c) {
+      { t.irecv_reduce(peer, in, c) } -> std::same_as<typename T::request>;
+    };
 
 /// All ranks map one segment: each rank owns a slot of `segment_bytes()` that every rank can
 /// read and write, and `segment_barrier` synchronises them.

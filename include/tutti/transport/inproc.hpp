@@ -27,9 +27,8 @@ class inproc {
  public:
   using memory_space = host_memory;
   /// Defaults for tutti::automatic: a futex hand-off per message, memcpy-speed bytes.
-  static constexpr cost_model costs{.alpha_us = 2.0,
-                                    .beta_us_per_byte = 1.0 / 8000.0,
-                                    .gamma_us_per_byte = 1.0 / 8000.0};
+  static constexpr cost_model costs{
+      .alpha_us = 2.0, .beta_us_per_byte = 1.0 / 8000.0, .gamma_us_per_byte = 1.0 / 8000.0};
 
   /// A posted send or receive. Waiting is done through `inproc::wait`; a request destroyed
   /// unwaited withdraws its message (or waits for a copy already under way).
@@ -127,8 +126,7 @@ class inproc {
     if (!world_->barrier_arrive())
       detail::wait_on(
           world_->rank_state(rank_).bell, false,
-          [&] { return world_->barrier_generation() != gen; },
-          [&] { poll(c, deadline, -1); });
+          [&] { return world_->barrier_generation() != gen; }, [&] { poll(c, deadline, -1); });
     // Every rank published its call before arriving: all must be in this very call.
     for (int r = 0; r < size(); ++r) {
       if (r == rank_) continue;
@@ -156,8 +154,7 @@ class inproc {
   static void run(int n, Fn&& fn, const options& opts = {});
 
  private:
-  request make(int peer, const detail::call& c, detail::space s, std::uint64_t tag,
-               bool is_send) {
+  request make(int peer, const detail::call& c, detail::space s, std::uint64_t tag, bool is_send) {
     if (peer < 0 || peer >= size())
       throw error(errc::invalid_argument, c.name_str(), c.seq, rank_, peer,
                   "peer rank out of range [0, " + std::to_string(size()) + ")");
