@@ -38,9 +38,6 @@ template <class T>
 constexpr bool is_float16 = std::is_same_v<T, tutti::half> || std::is_same_v<T, tutti::bfloat16>;
 
 template <class T>
-constexpr bool is_text = std::is_same_v<T, bool> || std::is_same_v<T, char>;
-
-template <class T>
 bool same(T x, T y) {
   if constexpr (is_float16<T>)
     return x.to_bits() == y.to_bits();
@@ -69,15 +66,25 @@ T reference(T a, T b) {
   } else if constexpr (std::is_integral_v<T>) {
     // Through 64-bit unsigned: conversions to T are modular (C++20), so this is the wrapped
     // two's complement result for every width.
+    // NOLINTNEXTLINE(bugprone-signed-char-misuse): sign extension is the point
     const auto x = static_cast<std::uint64_t>(a), y = static_cast<std::uint64_t>(b);
-    if constexpr (K == op_kind::sum || K == op_kind::avg) return static_cast<T>(x + y);
-    else if constexpr (K == op_kind::prod) return static_cast<T>(x * y);
-    else if constexpr (K == op_kind::band) return static_cast<T>(x & y);
-    else if constexpr (K == op_kind::bor) return static_cast<T>(x | y);
-    else return static_cast<T>(x ^ y);
+    std::uint64_t z = 0;
+    if constexpr (K == op_kind::sum || K == op_kind::avg)
+      z = x + y;
+    else if constexpr (K == op_kind::prod)
+      z = x * y;
+    else if constexpr (K == op_kind::band)
+      z = x & y;
+    else if constexpr (K == op_kind::bor)
+      z = x | y;
+    else
+      z = x ^ y;
+    return static_cast<T>(z);
   } else {
-    if constexpr (K == op_kind::sum || K == op_kind::avg) return a + b;
-    else return a * b;
+    if constexpr (K == op_kind::sum || K == op_kind::avg)
+      return a + b;
+    else
+      return a * b;
   }
 }
 
@@ -148,11 +155,10 @@ buffer<T> make_input(std::size_t n, std::uint32_t seed) {
 
 constexpr std::array<std::size_t, 5> lengths{0, 1, 7, 256, 1000};
 
-
 // Compares d[i] with reference(a[i], b[i]); reports the first mismatch.
 template <op_kind K, class T>
-void check_against_reference(const buffer<T>& d, const buffer<T>& a,
-                             const buffer<T>& b, const char* how) {
+void check_against_reference(const buffer<T>& d, const buffer<T>& a, const buffer<T>& b,
+                             const char* how) {
   std::size_t bad = 0;
   for (std::size_t i = 0; i < d.size(); ++i) {
     const T want = reference<K, T>(a[i], b[i]);
@@ -284,20 +290,19 @@ void check_integer_wrap() {
 // ---------------------------------------------------------------------------------------------
 // (a) reduce kernels
 
-TEST_CASE_TEMPLATE("every reduce kernel matches the scalar reference", T, std::int8_t,
-                   std::uint8_t, std::int16_t, std::uint16_t, std::int32_t, std::uint32_t,
-                   std::int64_t, std::uint64_t, long long) {
+TEST_CASE_TEMPLATE("every reduce kernel matches the scalar reference", T, std::int8_t, std::uint8_t,
+                   std::int16_t, std::uint16_t, std::int32_t, std::uint32_t, std::int64_t,
+                   std::uint64_t, long long) {
   CHECK(check_every_op<T>() == 8);
   check_integer_wrap<T>();
 }
 
-TEST_CASE_TEMPLATE("every reduce kernel matches the scalar reference (floating)", T, float,
-                   double, long double, tutti::half, tutti::bfloat16) {
+TEST_CASE_TEMPLATE("every reduce kernel matches the scalar reference (floating)", T, float, double,
+                   long double, tutti::half, tutti::bfloat16) {
   CHECK(check_every_op<T>() == 5);  // sum, prod, min, max, avg
 }
 
-TEST_CASE_TEMPLATE("every reduce kernel matches the scalar reference (bool, char)", T, bool,
-                   char) {
+TEST_CASE_TEMPLATE("every reduce kernel matches the scalar reference (bool, char)", T, bool, char) {
   CHECK(check_every_op<T>() == 5);  // min, max, band, bor, bxor
 }
 
@@ -347,6 +352,31 @@ TEST_CASE("avg truncates for integers and divides for floats") {
     r.finish(x, 2, 2);
     CHECK(static_cast<float>(x[0]) == 3.5f);
     CHECK(static_cast<float>(x[1]) == 1.5f);
+  }
+}
+
+// The world size need not fit in the element type: int8 at 128 ranks, uint8 at 256 ranks.
+TEST_CASE("avg divides by world sizes that do not fit the element type") {
+  {
+    const auto r = tutti::detail::make_reducer<op_kind::avg, std::int8_t>();
+    std::int8_t x[] = {-128, 127};
+    r.finish(x, 2, 128);
+    CHECK(x[0] == -1);
+    CHECK(x[1] == 0);
+  }
+  {
+    const auto r = tutti::detail::make_reducer<op_kind::avg, std::int16_t>();
+    std::int16_t x[] = {-32768};
+    r.finish(x, 1, 32768);
+    CHECK(x[0] == -1);
+  }
+  {
+    const auto r = tutti::detail::make_reducer<op_kind::avg, std::uint8_t>();
+    std::uint8_t x[] = {255};
+    r.finish(x, 1, 200);
+    CHECK(x[0] == 1);
+    r.finish(x, 1, 256);  // once divided by zero
+    CHECK(x[0] == 0);
   }
 }
 
@@ -542,10 +572,10 @@ TEST_CASE("TUTTI_TIMEOUT parsing") {
     const char* value;
     long long ms;
   };
-  for (const row& r : {row{"2.5", 2'500}, row{"1", 1'000}, row{"0.001", 1}, row{"600", 600'000},
-                       row{"", 300'000}, row{"0", 300'000}, row{"-3", 300'000},
-                       row{"abc", 300'000}, row{"5s", 300'000}, row{"nan", 300'000},
-                       row{"inf", 300'000}, row{"1e12", 300'000}}) {
+  for (const row& r :
+       {row{"2.5", 2'500}, row{"1", 1'000}, row{"0.001", 1}, row{"600", 600'000}, row{"", 300'000},
+        row{"0", 300'000}, row{"-3", 300'000}, row{"abc", 300'000}, row{"5s", 300'000},
+        row{"nan", 300'000}, row{"inf", 300'000}, row{"1e12", 300'000}}) {
     scoped_env env("TUTTI_TIMEOUT", r.value);
     INFO("TUTTI_TIMEOUT=\"", r.value, "\"");
     CHECK(timeout_from_env().count() == r.ms);
@@ -631,8 +661,8 @@ namespace {
 // all_reduce through `automatic` with an override, at a few sizes, with exact integer results.
 void check_all_reduce_with(const std::string& algo) {
   constexpr int world = 4;
-  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{1000},
-                        std::size_t{300'000}}) {
+  for (std::size_t n :
+       {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{1000}, std::size_t{300'000}}) {
     INFO("algo \"", algo, "\" count ", n);
     std::vector<int> wrong(world, 0);
     tutti::inproc::run<tutti::automatic>(
@@ -661,10 +691,10 @@ void check_all_reduce_with(const std::string& algo) {
 }  // namespace
 
 TEST_CASE("options::algo overrides still give correct all_reduce results") {
-  for (const char* algo : {"ring", "tree", "recursive_halving", "recursive_doubling", "direct",
-                           "all_reduce:recursive_doubling@-64K; all_reduce:ring@64K-",
-                           "all_reduce:tree@-1K;all_reduce:direct@1K-1M;recursive_halving",
-                           "bruck", ""})
+  for (const char* algo :
+       {"ring", "tree", "recursive_halving", "recursive_doubling", "direct",
+        "all_reduce:recursive_doubling@-64K; all_reduce:ring@64K-",
+        "all_reduce:tree@-1K;all_reduce:direct@1K-1M;recursive_halving", "bruck", ""})
     check_all_reduce_with(algo);
 }
 
@@ -731,6 +761,5 @@ TEST_CASE("automatic picks latency policies for small and bandwidth policies for
   CHECK(tutti::automatic::choose(collective::all_reduce, 8, 8, tutti::inproc::costs,
                                  tutti::detail::algo_table("ring"), runs) == policy_id::ring);
   CHECK(tutti::automatic::choose(collective::all_reduce, 8, 8, tutti::inproc::costs,
-                                 tutti::detail::algo_table("bruck;tree"),
-                                 runs) == policy_id::tree);
+                                 tutti::detail::algo_table("bruck;tree"), runs) == policy_id::tree);
 }

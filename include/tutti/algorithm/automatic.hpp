@@ -42,7 +42,10 @@ template <class T>
   const bool pow2 = (ranks & (ranks - 1)) == 0;
   const double fold = pow2 ? 0.0 : 2 * (a + n * b) + n * g;  // non-power-of-two extra steps
   const double frac = (p - 1) / p;
-  const double segment_rounds = std::ceil(n / double(512 << 10));  // half of a 1 MiB slot
+  // direct: one segment barrier (about α: each rank arrives once and waits once) per round of
+  // half a slot, two when the round is large enough to split the reduction into slices.
+  const double rounds = std::max(1.0, std::ceil(n / double(512 << 10)));
+  const bool small = n <= double(direct::small_round);
   constexpr double never = std::numeric_limits<double>::infinity();
   switch (k) {
     case collective::all_reduce:
@@ -56,15 +59,14 @@ template <class T>
         case policy_id::tree:
           return 2 * lg * a + 2 * lg * n * b + lg * n * g;
         case policy_id::direct:
-          return std::max(1.0, segment_rounds) * 2 * lg * a + 2 * n * b + frac * n * g +
-                 (n <= double(direct::small_round) ? (p - 1) * n * g : 0.0);
+          return rounds * (small ? 1 : 2) * a + 2 * n * b + (small ? p - 1 : frac) * n * g;
         default:
           return never;
       }
     case collective::reduce:
       if (pol == policy_id::tree) return lg * (a + n * b + n * g);
       if (pol == policy_id::direct)
-        return std::max(1.0, segment_rounds) * 2 * lg * a + 2 * n * b + frac * n * g;
+        return rounds * (small ? 1 : 2) * a + 2 * n * b + (small ? p - 1 : frac) * n * g;
       return never;
     case collective::broadcast:
       if (pol == policy_id::tree) return lg * (a + n * b);
@@ -72,13 +74,13 @@ template <class T>
         const double segs = std::max(1.0, std::ceil(n / double(ring::broadcast_segment)));
         return (p - 2 + segs) * (a + n / segs * b);
       }
-      if (pol == policy_id::direct) return std::max(1.0, segment_rounds) * lg * a + 2 * n * b;
+      if (pol == policy_id::direct) return rounds * a + 2 * n * b;
       return never;
     case collective::all_gather:
       if (pol == policy_id::ring) return (p - 1) * a + frac * n * b;
       if (pol == policy_id::recursive_doubling) return lg * a + frac * n * b + (pow2 ? 0.0 : n * b);
       if (pol == policy_id::bruck) return lg * a + frac * n * b + n * b;
-      if (pol == policy_id::direct) return std::max(1.0, segment_rounds / p) * lg * a + n * b;
+      if (pol == policy_id::direct) return rounds * a + n * b;
       return never;
     case collective::gather:
     case collective::scatter:
@@ -89,7 +91,7 @@ template <class T>
       if (pol == policy_id::ring) return (p - 1) * a + frac * n * (b + g) + 2 * n * b;
       if (pol == policy_id::recursive_halving)
         return lg * a + frac * n * (b + g) + 2 * n * b + fold;
-      if (pol == policy_id::direct) return std::max(1.0, segment_rounds) * lg * a + n * b + n * g;
+      if (pol == policy_id::direct) return rounds * a + n * b + n * g;
       return never;
     case collective::all_to_all:
       if (pol == policy_id::direct) return (p - 1) * a + n * b;

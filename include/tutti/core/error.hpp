@@ -81,7 +81,7 @@ class error : public std::system_error {
                             int peer, const std::string& what) {
     std::string s = "tutti";
     if (!collective.empty()) s += ": " + collective + " #" + std::to_string(sequence);
-    s += " on rank " + std::to_string(rank);
+    if (rank >= 0) s += " on rank " + std::to_string(rank);
     if (peer >= 0) s += " (peer " + std::to_string(peer) + ")";
     return s + ": " + what;
   }

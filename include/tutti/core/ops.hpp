@@ -97,7 +97,7 @@ consteval void check_reducible() {
     static_assert(!(bitwise && floating_element<T>),
                   "tutti: bitwise ops (band, bor, bxor) need an integer element type; "
                   "this element type is floating point");
-    static_assert(reducible<Op, T>,
+    static_assert((bitwise && floating_element<T>) || reducible<Op, T>,
                   "tutti: this op cannot reduce this element type (bool and char admit only "
                   "min, max and bitwise ops)");
   }

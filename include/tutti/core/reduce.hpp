@@ -78,14 +78,16 @@ void reduce_kernel(T* d, const T* a, const T* b, std::size_t n) noexcept {
 template <class T>
 void divide_kernel(T* x, std::size_t n, int divisor) noexcept {
   if constexpr (is_float16<T>) {
-    const float inv = 1.0f / static_cast<float>(divisor);
-    for (std::size_t i = 0; i < n; ++i) x[i] = T(static_cast<float>(x[i]) * inv);
+    const auto div = static_cast<float>(divisor);
+    for (std::size_t i = 0; i < n; ++i) x[i] = T(static_cast<float>(x[i]) / div);
   } else if constexpr (std::is_floating_point_v<T>) {
-    const T div = static_cast<T>(divisor);
+    const auto div = static_cast<T>(divisor);
     for (std::size_t i = 0; i < n; ++i) x[i] = x[i] / div;
   } else {
-    const T div = static_cast<T>(divisor);
-    for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<T>(x[i] / div);
+    // Divide in a 64-bit type: the world size need not fit in T (int8 at 128 ranks).
+    using wide = std::conditional_t<std::is_signed_v<T>, long long, unsigned long long>;
+    const auto div = static_cast<wide>(divisor);
+    for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<T>(static_cast<wide>(x[i]) / div);
   }
 }
 

@@ -51,7 +51,8 @@ class communicator_base {
     if (out.size() != n) bad_size("all_reduce", out.size(), n);
     return run(with<T, Op>(collective::all_reduce, n, -1), async,
                [i = bytes(in), o = bytes(out), n](ctx_t& c) {
-                 Algorithm::all_reduce(c, i, o, n);
+                 if constexpr (has_all_reduce<Algorithm, Transport>)
+                   Algorithm::all_reduce(c, i, o, n);
                  c.info().red.finish(o, n, c.size());
                });
   }
@@ -67,7 +68,8 @@ class communicator_base {
     bytes_out o = rank() == root ? bytes(out) : nullptr;
     return run(with<T, Op>(collective::reduce, n, root), async,
                [i = bytes(in), o, n, root](ctx_t& c) {
-                 Algorithm::reduce(c, i, o, n, root);
+                 if constexpr (has_reduce<Algorithm, Transport>)
+                   Algorithm::reduce(c, i, o, n, root);
                  if (c.rank() == root) c.info().red.finish(o, n, c.size());
                });
   }
@@ -79,7 +81,10 @@ class communicator_base {
     check_root("broadcast", root);
     const std::size_t n = buf.size();
     return run(plain<T>(collective::broadcast, n, root), async,
-               [b = bytes(buf), n, root](ctx_t& c) { Algorithm::broadcast(c, b, n, root); });
+               [b = bytes(buf), n, root](ctx_t& c) {
+                 if constexpr (has_broadcast<Algorithm, Transport>)
+                   Algorithm::broadcast(c, b, n, root);
+               });
   }
 
   template <class T>
@@ -89,7 +94,10 @@ class communicator_base {
     const std::size_t n = in.size();
     if (out.size() != n * world()) bad_size("all_gather", out.size(), n * world());
     return run(plain<T>(collective::all_gather, n, -1), async,
-               [i = bytes(in), o = bytes(out), n](ctx_t& c) { Algorithm::all_gather(c, i, o, n); });
+               [i = bytes(in), o = bytes(out), n](ctx_t& c) {
+                 if constexpr (has_all_gather<Algorithm, Transport>)
+                   Algorithm::all_gather(c, i, o, n);
+               });
   }
   template <class T>
   work all_gather_in_place(std::span<T> buf, bool async) {
@@ -106,8 +114,9 @@ class communicator_base {
     const std::size_t n = in.size();
     if (rank() == root && out.size() != n * world()) bad_size("gather", out.size(), n * world());
     bytes_out o = rank() == root ? bytes(out) : nullptr;
-    return run(plain<T>(collective::gather, n, root), async,
-               [i = bytes(in), o, n, root](ctx_t& c) { Algorithm::gather(c, i, o, n, root); });
+    return run(plain<T>(collective::gather, n, root), async, [i = bytes(in), o, n, root](ctx_t& c) {
+      if constexpr (has_gather<Algorithm, Transport>) Algorithm::gather(c, i, o, n, root);
+    });
   }
 
   template <class T>
@@ -119,7 +128,10 @@ class communicator_base {
     if (rank() == root && in.size() != n * world()) bad_size("scatter", in.size(), n * world());
     bytes_in i = rank() == root ? bytes(in) : nullptr;
     return run(plain<T>(collective::scatter, n, root), async,
-               [i, o = bytes(out), n, root](ctx_t& c) { Algorithm::scatter(c, i, o, n, root); });
+               [i, o = bytes(out), n, root](ctx_t& c) {
+                 if constexpr (has_scatter<Algorithm, Transport>)
+                   Algorithm::scatter(c, i, o, n, root);
+               });
   }
 
   template <class T, class Op>
@@ -132,7 +144,8 @@ class communicator_base {
     if (in.size() != n * world()) bad_size("reduce_scatter", in.size(), n * world());
     return run(with<T, Op>(collective::reduce_scatter, n, -1), async,
                [i = bytes(in), o = bytes(out), n](ctx_t& c) {
-                 Algorithm::reduce_scatter(c, i, o, n);
+                 if constexpr (has_reduce_scatter<Algorithm, Transport>)
+                   Algorithm::reduce_scatter(c, i, o, n);
                  c.info().red.finish(o, n, c.size());
                });
   }
@@ -145,7 +158,10 @@ class communicator_base {
     if (out.size() != in.size()) bad_size("all_to_all", out.size(), in.size());
     const std::size_t n = in.size() / world();
     return run(plain<T>(collective::all_to_all, n, -1), async,
-               [i = bytes(in), o = bytes(out), n](ctx_t& c) { Algorithm::all_to_all(c, i, o, n); });
+               [i = bytes(in), o = bytes(out), n](ctx_t& c) {
+                 if constexpr (has_all_to_all<Algorithm, Transport>)
+                   Algorithm::all_to_all(c, i, o, n);
+               });
   }
 
   template <class T>
@@ -174,15 +190,15 @@ class communicator_base {
       if (kind == collective::all_gatherv) {
         static_assert(has_all_gatherv<Algorithm, Transport>,
                       "tutti: this algorithm policy does not implement all_gatherv");
-        Algorithm::all_gatherv(c, i, o, cs);
+        if constexpr (has_all_gatherv<Algorithm, Transport>) Algorithm::all_gatherv(c, i, o, cs);
       } else if (kind == collective::gatherv) {
         static_assert(has_gatherv<Algorithm, Transport>,
                       "tutti: this algorithm policy does not implement gatherv");
-        Algorithm::gatherv(c, i, o, cs, root);
+        if constexpr (has_gatherv<Algorithm, Transport>) Algorithm::gatherv(c, i, o, cs, root);
       } else {
         static_assert(has_scatterv<Algorithm, Transport>,
                       "tutti: this algorithm policy does not implement scatterv");
-        Algorithm::scatterv(c, i, o, cs, root);
+        if constexpr (has_scatterv<Algorithm, Transport>) Algorithm::scatterv(c, i, o, cs, root);
       }
     });
   }
@@ -203,16 +219,18 @@ class communicator_base {
     return run(plain<T>(collective::all_to_allv, 0, -1), async,
                [i = bytes(in), o = bytes(out), s = std::vector<std::size_t>(sc.begin(), sc.end()),
                 r = std::vector<std::size_t>(rc.begin(), rc.end())](ctx_t& c) {
-                 Algorithm::all_to_allv(c, i, std::span<const std::size_t>(s), o,
-                                        std::span<const std::size_t>(r));
+                 if constexpr (has_all_to_allv<Algorithm, Transport>)
+                   Algorithm::all_to_allv(c, i, std::span<const std::size_t>(s), o,
+                                          std::span<const std::size_t>(r));
                });
   }
 
   work barrier_impl(bool async) {
     static_assert(has_barrier<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement barrier on this transport");
-    return run(plain<std::uint8_t>(collective::barrier, 0, -1), async,
-               [](ctx_t& c) { Algorithm::barrier(c); });
+    return run(plain<std::uint8_t>(collective::barrier, 0, -1), async, [](ctx_t& c) {
+      if constexpr (has_barrier<Algorithm, Transport>) Algorithm::barrier(c);
+    });
   }
 
   void p2p_impl(collective kind, std::span<const std::byte> out, std::span<std::byte> in, int peer,
