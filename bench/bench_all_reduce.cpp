@@ -14,8 +14,6 @@
 //
 // bench-smoke-args: --benchmark_filter=ranks:4/bytes:(4|2048|1048576)/
 
-#include <benchmark/benchmark.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -29,6 +27,8 @@
 #include <span>
 #include <string>
 #include <vector>
+
+#include <benchmark/benchmark.h>
 
 #include <tutti/tutti.hpp>
 
@@ -57,7 +57,8 @@ std::uint64_t calibrate(Comm& comm, F&& once) {
     if (comm.rank() == 0) {
       if (s >= 0.002 || calls >= (std::uint64_t{1} << 24))
         decision = {1, std::max<std::uint64_t>(
-                           1, static_cast<std::uint64_t>(std::ceil(target_iteration_s * calls / s)))};
+                           1, static_cast<std::uint64_t>(
+                                  std::ceil(target_iteration_s * static_cast<double>(calls) / s)))};
       else
         decision = {0, calls * 4};
     }
@@ -77,7 +78,8 @@ void bm_all_reduce(benchmark::State& state, int p, std::size_t bytes, std::uint6
     in[r].assign(n, static_cast<float>(r + 1));
     out[r].assign(n, 0.0f);
   }
-  const float want = static_cast<float>(p * (p + 1) / 2);
+  const int rank_sum = p * (p + 1) / 2;  // 1 + 2 + ... + p
+  const auto want = static_cast<float>(rank_sum);
   std::uint64_t total_calls = 0;
   double total_seconds = 0;
 
@@ -135,10 +137,8 @@ void register_policy() {
       const std::string name = std::string("all_reduce/") + Policy::name +
                                "/ranks:" + std::to_string(p) + "/bytes:" + std::to_string(bytes);
       benchmark::RegisterBenchmark(
-          name.c_str(),
-          [p, bytes, cache = std::make_shared<std::uint64_t>(0)](benchmark::State& s) {
-            bm_all_reduce<Policy>(s, p, bytes, *cache);
-          })
+          name.c_str(), [p, bytes, cache = std::make_shared<std::uint64_t>(0)](
+                            benchmark::State& s) { bm_all_reduce<Policy>(s, p, bytes, *cache); })
           ->UseManualTime()
           ->MinTime(0.05)
           ->Unit(benchmark::kMillisecond);

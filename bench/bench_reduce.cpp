@@ -5,8 +5,6 @@
 //
 // bench-smoke-args: --benchmark_min_time=0.01 --benchmark_filter=/(4096|262144|4194304)$
 
-#include <benchmark/benchmark.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -14,6 +12,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include <benchmark/benchmark.h>
 
 #include "tutti/core/reduce.hpp"
 
@@ -48,8 +48,7 @@ void check_once(const tutti::detail::reducer& r, const std::vector<T>& a, const 
     if (as_double(d[i]) != want) {
       std::fprintf(stderr, "bench_reduce: %s<%s> wrong at %zu: %g op %g gave %g\n",
                    std::string(tutti::name(K)).c_str(),
-                   std::string(tutti::name(tutti::dtype_of<T>)).c_str(), i, x, y,
-                   as_double(d[i]));
+                   std::string(tutti::name(tutti::dtype_of<T>)).c_str(), i, x, y, as_double(d[i]));
       std::abort();
     }
   }

@@ -1,12 +1,12 @@
 // all_reduce on four ranks (threads of this process) with every algorithm policy. Rank r
 // contributes r + 1 in each of 1000 elements, so every element becomes 1 + 2 + 3 + 4 = 10.
-#include <tutti/tutti.hpp>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <span>
 #include <vector>
+
+#include <tutti/tutti.hpp>
 
 template <class Policy>
 bool sum_with() {
@@ -21,8 +21,11 @@ bool sum_with() {
 }
 
 int main() {
-  const bool ok = sum_with<tutti::ring>() & sum_with<tutti::tree>() &
-                  sum_with<tutti::recursive_halving>() & sum_with<tutti::recursive_doubling>() &
-                  sum_with<tutti::direct>() & sum_with<tutti::automatic>();
-  return ok ? 0 : 1;
+  const bool ok[] = {sum_with<tutti::ring>(),
+                     sum_with<tutti::tree>(),
+                     sum_with<tutti::recursive_halving>(),
+                     sum_with<tutti::recursive_doubling>(),
+                     sum_with<tutti::direct>(),
+                     sum_with<tutti::automatic>()};
+  return std::ranges::all_of(ok, [](bool b) { return b; }) ? 0 : 1;
 }

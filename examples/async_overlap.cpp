@@ -1,13 +1,13 @@
 // Async collectives: start an all_reduce, compute on other data while it runs, then wait.
 // Then all_reduce's two halves: reduce_scatter leaves each rank one block of the sum and
 // all_gather hands every block to every rank.
-#include <tutti/tutti.hpp>
-
 #include <cmath>
 #include <cstdio>
 #include <span>
 #include <stdexcept>
 #include <vector>
+
+#include <tutti/tutti.hpp>
 
 static void expect(bool ok, const char* what) {
   if (!ok) throw std::runtime_error(what);
@@ -17,7 +17,7 @@ int main() try {
   tutti::inproc::run(4, [](auto& comm) {
     const int rank = comm.rank();
     const int p = comm.size();
-    const float rank_sum = float(p * (p + 1) / 2);  // 1 + 2 + ... + p
+    const int rank_sum = p * (p + 1) / 2;  // 1 + 2 + ... + p
 
     // 1. Overlap. `grads` belongs to the collective until wait() returns: don't touch it.
     std::vector<float> grads(1 << 20, float(rank + 1));
@@ -25,10 +25,10 @@ int main() try {
     double local = 0;  // meanwhile, work on other data
     for (int i = 1; i <= 1'000'000; ++i) local += 1.0 / std::sqrt(double(i));
     pending.wait();  // rethrows the collective's tutti::error, if any
-    for (float g : grads) expect(g == rank_sum, "all_reduce_async gave a wrong sum");
+    for (float g : grads) expect(g == float(rank_sum), "all_reduce_async gave a wrong sum");
     if (rank == 0)
-      std::printf("all_reduce_async: %zu sums of %g, computed %.3f meanwhile\n", grads.size(),
-                  double(rank_sum), local);
+      std::printf("all_reduce_async: %zu sums of %d, computed %.3f meanwhile\n", grads.size(),
+                  rank_sum, local);
 
     // 2. reduce_scatter + all_gather == all_reduce.
     const std::size_t block = 1000;
@@ -39,7 +39,7 @@ int main() try {
     std::vector<int> all(block * std::size_t(p));
     comm.all_gather(std::span<const int>(mine), std::span<int>(all));
     for (std::size_t i = 0; i < all.size(); ++i)
-      expect(all[i] == int(rank_sum) * int(i % 100), "reduce_scatter + all_gather is wrong");
+      expect(all[i] == rank_sum * int(i % 100), "reduce_scatter + all_gather is wrong");
     if (rank == 0) std::printf("reduce_scatter + all_gather: %zu elements ok\n", all.size());
   });
   return 0;

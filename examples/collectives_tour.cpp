@@ -1,11 +1,11 @@
 // Every collective once, on four ranks. Rank 0 prints each result; every rank checks its own.
-#include <tutti/tutti.hpp>
-
 #include <cstdio>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <tutti/tutti.hpp>
 
 static void expect(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error("wrong result: " + what);
