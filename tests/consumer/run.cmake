@@ -1,0 +1,20 @@
+# Installs tutti from BUILD_DIR into a fresh prefix, then configures, builds and runs the
+# consumer project against it: the path a user of an installed package takes.
+foreach(v BUILD_DIR SOURCE_DIR WORK_DIR CXX)
+  if(NOT DEFINED ${v})
+    message(FATAL_ERROR "run.cmake needs -D${v}=...")
+  endif()
+endforeach()
+file(REMOVE_RECURSE "${WORK_DIR}")
+set(prefix "${WORK_DIR}/prefix")
+function(step)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}")
+  endif()
+endfunction()
+step("${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${prefix}")
+step("${CMAKE_COMMAND}" -S "${SOURCE_DIR}" -B "${WORK_DIR}/build" -DCMAKE_BUILD_TYPE=Release
+     "-DCMAKE_PREFIX_PATH=${prefix}" "-DCMAKE_CXX_COMPILER=${CXX}")
+step("${CMAKE_COMMAND}" --build "${WORK_DIR}/build")
+step("${WORK_DIR}/build/consumer")
