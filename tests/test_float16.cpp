@@ -4,21 +4,31 @@
 // decoder built on std::ldexp, and a rounding reference built on std::frexp / std::nearbyint
 // in double precision (exact for all the inputs used here). Loops over many inputs count
 // mismatches, report the first few in detail and then CHECK that the count is zero.
+//
+// The block converters used by the reduce kernels (tutti/detail/convert16.hpp: portable,
+// F16C where the CPU has it, and the dispatching entry points) are checked bit for bit against
+// the scalar conversions, which the tests above tie to the reference.
 
+#include <algorithm>
 #include <bit>
 #include <cfenv>
 #include <cmath>
 #include <compare>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include <doctest/doctest.h>
 
 #include "tutti/core/bfloat16.hpp"
 #include "tutti/core/half.hpp"
+#include "tutti/core/reduce.hpp"
+#include "tutti/detail/convert16.hpp"
 
 namespace {
 
@@ -461,6 +471,266 @@ TEST_CASE_TEMPLATE("float16: NaN conversions never produce infinity", T, half, b
         (0x8000U | nan_exp | R::quiet | payload));
   CHECK(T(std::numeric_limits<float>::quiet_NaN()).to_bits() == (nan_exp | R::quiet));
   CHECK(T(-std::numeric_limits<double>::quiet_NaN()).to_bits() == (0x8000U | nan_exp | R::quiet));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Block converters (tutti/detail/convert16.hpp).
+
+template <class T>
+struct block_impl {
+  const char* name;
+  void (*to_float)(const T*, float*, std::size_t) noexcept;
+  void (*from_float)(const float*, T*, std::size_t) noexcept;
+};
+
+// Every implementation this build and CPU can run: the portable loops, F16C (half, x86-64 with
+// GCC or Clang, when the CPU has it) and the dispatching entry points the kernels call.
+template <class T>
+std::vector<block_impl<T>> block_impls() {
+  namespace d = tutti::detail;
+  std::vector<block_impl<T>> v;
+  v.push_back(
+      {"portable",
+       [](const T* s, float* o, std::size_t n) noexcept { d::portable::convert_to_float(s, o, n); },
+       [](const float* s, T* o, std::size_t n) noexcept {
+         d::portable::convert_from_float(s, o, n);
+       }});
+  v.push_back(
+      {"dispatched",
+       [](const T* s, float* o, std::size_t n) noexcept { d::convert_to_float(s, o, n); },
+       [](const float* s, T* o, std::size_t n) noexcept { d::convert_from_float(s, o, n); }});
+#if TUTTI_DETAIL_HAVE_F16C
+  if constexpr (std::is_same_v<T, half>) {
+    if (d::f16c::supported()) {
+      v.push_back({"f16c",
+                   [](const half* s, float* o, std::size_t n) noexcept {
+                     d::f16c::convert_to_float(s, o, n);
+                   },
+                   [](const float* s, half* o, std::size_t n) noexcept {
+                     d::f16c::convert_from_float(s, o, n);
+                   }});
+    } else {
+      MESSAGE("this CPU has no F16C: only the portable half converters are tested");
+    }
+  }
+#endif
+  return v;
+}
+
+// Calls `fn(offset, count)` over [0, n) in pieces of varying length (tails of every length
+// below 16, unaligned starts, whole blocks), so that every path through a converter runs.
+template <class Fn>
+void in_pieces(std::size_t n, Fn fn) {
+  static constexpr std::size_t lengths[] = {1, 7, 8, 9, 15, 16, 17, 31, 33, 255, 256, 1000, 4099};
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < n; ++k) {
+    const std::size_t len = std::min(lengths[k % std::size(lengths)], n - i);
+    fn(i, len);
+    i += len;
+  }
+}
+
+// Float bit patterns that exercise every case of the narrowing conversions: zeros, infinities,
+// NaNs of every sign, quietness and 10-bit high payload (with low payload bits that must be
+// dropped), float subnormals, every value of T and every midpoint between adjacent values of T
+// (the ties) with their float neighbours, and the overflow threshold.
+template <class T>
+std::vector<std::uint32_t> edge_float_bits() {
+  std::vector<std::uint32_t> v;
+  for (const std::uint32_t sign : {0U, 0x80000000U}) {
+    v.push_back(sign);
+    v.push_back(sign | 0x7F800000U);
+    for (std::uint32_t high = 0; high < 1024; ++high) {
+      for (const std::uint32_t low : {0U, 1U, 0x1000U, 0x1FFFU, 0x0AAAU}) {
+        const std::uint32_t man = (high << 13) | low;
+        if (man != 0) {
+          v.push_back(sign | 0x7F800000U | man);
+        }
+      }
+    }
+    for (const std::uint32_t sub : {1U, 2U, 0x1000U, 0x400000U, 0x7FFFFFU, 0x123457U}) {
+      v.push_back(sign | sub);
+    }
+    for (unsigned b = 0; b < ref<T>::inf_bits; ++b) {
+      const auto lo = static_cast<float>(T::from_bits(static_cast<std::uint16_t>(b)));
+      const float hi = b + 1 == ref<T>::inf_bits
+                           ? static_cast<float>(std::ldexp(1.0, ref<T>::emax + 1))
+                           : static_cast<float>(T::from_bits(static_cast<std::uint16_t>(b + 1)));
+      const float mid = lo + (hi - lo) / 2;  // exact: float has enough bits
+      for (const float x : {lo, mid}) {
+        const auto bits = std::bit_cast<std::uint32_t>(x);
+        for (std::uint32_t delta = 0; delta <= 2; ++delta) {
+          v.push_back(sign | (bits + delta));
+          if (bits >= delta) {
+            v.push_back(sign | (bits - delta));
+          }
+        }
+      }
+    }
+  }
+  return v;
+}
+
+TEST_CASE_TEMPLATE("float16: block converters match the scalar ones on every 16-bit pattern", T,
+                   half, bfloat16) {
+  std::vector<T> src(0x10000);
+  for (unsigned b = 0; b <= 0xFFFFU; ++b) src[b] = T::from_bits(static_cast<std::uint16_t>(b));
+  for (const auto& impl : block_impls<T>()) {
+    CAPTURE(impl.name);
+    std::vector<float> wide(src.size());
+    in_pieces(src.size(), [&](std::size_t i, std::size_t n) {
+      impl.to_float(src.data() + i, wide.data() + i, n);
+    });
+    std::vector<T> back(src.size());
+    in_pieces(src.size(), [&](std::size_t i, std::size_t n) {
+      impl.from_float(wide.data() + i, back.data() + i, n);
+    });
+    int fails = 0;
+    for (unsigned b = 0; b <= 0xFFFFU; ++b) {
+      const auto want = static_cast<float>(src[b]);
+      EXPECT_EQ_COUNTED(fails, std::bit_cast<std::uint32_t>(wide[b]),
+                        std::bit_cast<std::uint32_t>(want),
+                        type_name<T>() << " " << impl.name << " bits " << hex(b) << " -> float");
+      EXPECT_EQ_COUNTED(fails, back[b].to_bits(), T(want).to_bits(),
+                        type_name<T>()
+                            << " " << impl.name << " bits " << hex(b) << " -> float -> back");
+    }
+    CHECK(fails == 0);
+  }
+}
+
+// The scalar narrowing of every pattern in `bits`, compared with each block implementation;
+// returns the number of mismatches.
+template <class T>
+int check_narrowing(const std::vector<std::uint32_t>& bits, const char* what) {
+  std::vector<float> src(bits.size());
+  std::vector<std::uint16_t> want(bits.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) {
+    src[i] = std::bit_cast<float>(bits[i]);
+    want[i] = T(src[i]).to_bits();
+  }
+  int fails = 0;
+  for (const auto& impl : block_impls<T>()) {
+    std::vector<T> got(bits.size());
+    in_pieces(src.size(), [&](std::size_t i, std::size_t n) {
+      impl.from_float(src.data() + i, got.data() + i, n);
+    });
+    for (std::size_t i = 0; i < bits.size(); ++i) {
+      EXPECT_EQ_COUNTED(fails, got[i].to_bits(), want[i],
+                        type_name<T>()
+                            << " " << impl.name << " " << what << " from float " << show(src[i]));
+    }
+  }
+  return fails;
+}
+
+TEST_CASE_TEMPLATE(
+    "float16: block converters match the scalar ones on edge cases and random floats", T, half,
+    bfloat16) {
+  CHECK(check_narrowing<T>(edge_float_bits<T>(), "edge case") == 0);
+  // Random floats, NaNs included: with exponents near T's range and many ties, and fully
+  // random bits; then a sweep across all 2^32 patterns with a prime stride.
+  splitmix64 rng{std::is_same_v<T, half> ? 0xB10C16ULL : 0xB10CBFULL};
+  std::vector<std::uint32_t> bits;
+  for (int i = 0; i < 3'000'000; ++i) bits.push_back(random_float_bits<T>(rng));
+  for (int i = 0; i < 1'000'000; ++i) bits.push_back(static_cast<std::uint32_t>(rng()));
+  CHECK(check_narrowing<T>(bits, "random") == 0);
+  bits.clear();
+  for (std::uint64_t b = 0; b <= 0xFFFFFFFFULL; b += 1021)
+    bits.push_back(static_cast<std::uint32_t>(b));
+  CHECK(check_narrowing<T>(bits, "sweep") == 0);
+}
+
+TEST_CASE_TEMPLATE("float16: block converters do not depend on the rounding mode", T, half,
+                   bfloat16) {
+  std::vector<std::uint32_t> bits = edge_float_bits<T>();
+  splitmix64 rng{0xF0F0ULL};
+  for (int i = 0; i < 200'000; ++i) bits.push_back(random_float_bits<T>(rng));
+  std::vector<T> all(0x10000);
+  for (unsigned b = 0; b <= 0xFFFFU; ++b) all[b] = T::from_bits(static_cast<std::uint16_t>(b));
+  for (const int mode : {FE_DOWNWARD, FE_UPWARD, FE_TOWARDZERO}) {
+    CAPTURE(mode);
+    REQUIRE(std::fesetround(mode) == 0);
+    const int narrowing_fails = check_narrowing<T>(bits, "non-default rounding mode");
+    int widening_fails = 0;
+    for (const auto& impl : block_impls<T>()) {
+      std::vector<float> wide(all.size());
+      impl.to_float(all.data(), wide.data(), all.size());
+      for (unsigned b = 0; b <= 0xFFFFU; ++b) {
+        EXPECT_EQ_COUNTED(widening_fails, std::bit_cast<std::uint32_t>(wide[b]),
+                          std::bit_cast<std::uint32_t>(static_cast<float>(all[b])),
+                          type_name<T>() << " " << impl.name << " bits " << hex(b) << " -> float");
+      }
+    }
+    REQUIRE(std::fesetround(FE_TONEAREST) == 0);
+    CHECK(narrowing_fails == 0);
+    CHECK(widening_fails == 0);
+  }
+}
+
+TEST_CASE_TEMPLATE("float16: reduce kernels match element-wise float arithmetic", T, half,
+                   bfloat16) {
+  using tutti::op_kind;
+  namespace d = tutti::detail;
+  splitmix64 rng{0x5EEDULL};
+  // Lengths around the kernels' block of 256 and the converters' vector widths.
+  for (const std::size_t n :
+       {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{17}, std::size_t{255},
+        std::size_t{256}, std::size_t{257}, std::size_t{1000}, std::size_t{4099}}) {
+    CAPTURE(n);
+    std::vector<T> a(n);
+    std::vector<T> b(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      // Any bit pattern but NaN: which NaN an operation returns may depend on operand order.
+      do {
+        a[i] = T::from_bits(static_cast<std::uint16_t>(rng()));
+      } while (ref<T>::is_nan(a[i].to_bits()));
+      do {
+        b[i] = T::from_bits(static_cast<std::uint16_t>(rng()));
+      } while (ref<T>::is_nan(b[i].to_bits()));
+    }
+    const auto check = [&](const d::reducer& r, auto elementwise, const char* op) {
+      int fails = 0;
+      for (const bool in_place : {false, true}) {
+        std::vector<T> out = in_place ? a : std::vector<T>(n);
+        r(out.data(), in_place ? out.data() : a.data(), b.data(), n);
+        for (std::size_t i = 0; i < n; ++i) {
+          const T want = T(elementwise(static_cast<float>(a[i]), static_cast<float>(b[i])));
+          if (ref<T>::is_nan(want.to_bits())) {
+            if (!ref<T>::is_nan(out[i].to_bits()) && ++fails <= 8) {
+              FAIL_CHECK(op << " at " << i << ": want NaN, got " << hex(out[i].to_bits()));
+            }
+            continue;
+          }
+          EXPECT_EQ_COUNTED(fails, out[i].to_bits(), want.to_bits(),
+                            type_name<T>()
+                                << " " << op << (in_place ? " in place" : "") << " at " << i);
+        }
+      }
+      CHECK(fails == 0);
+    };
+    check(
+        d::make_reducer<op_kind::sum, T>(), [](float x, float y) { return x + y; }, "sum");
+    check(
+        d::make_reducer<op_kind::prod, T>(), [](float x, float y) { return x * y; }, "prod");
+    check(
+        d::make_reducer<op_kind::min, T>(), [](float x, float y) { return y < x ? y : x; }, "min");
+    check(
+        d::make_reducer<op_kind::max, T>(), [](float x, float y) { return x < y ? y : x; }, "max");
+    // avg's final division by the world size.
+    const auto avg = d::make_reducer<op_kind::avg, T>();
+    for (const int world : {1, 3, 7}) {
+      std::vector<T> x = a;
+      avg.finish(x.data(), n, world);
+      int fails = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const T want = T(static_cast<float>(a[i]) / static_cast<float>(world));
+        EXPECT_EQ_COUNTED(fails, x[i].to_bits(), want.to_bits(),
+                          type_name<T>() << " avg / " << world << " at " << i);
+      }
+      CHECK(fails == 0);
+    }
+  }
 }
 
 TEST_CASE_TEMPLATE("float16: comparisons follow IEEE", T, half, bfloat16) {

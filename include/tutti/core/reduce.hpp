@@ -10,6 +10,7 @@
 
 #include "tutti/core/ops.hpp"
 #include "tutti/core/types.hpp"
+#include "tutti/detail/convert16.hpp"
 
 namespace tutti::detail {
 
@@ -52,16 +53,17 @@ template <op_kind K, class T>
 void reduce_kernel(T* d, const T* a, const T* b, std::size_t n) noexcept {
   using c = compute_t<K, T>;
   if constexpr (is_float16<T>) {
-    // Blocks through float arrays let the float part vectorize around the conversions.
+    // Blocks through float arrays: the block converters (vectorized, or F16C for half) give
+    // the same bits as element-wise T(float) conversions, and the float part vectorizes.
     constexpr std::size_t block = 256;
     float fa[block];
     float fb[block];
     for (std::size_t i = 0; i < n; i += block) {
       const std::size_t m = std::min(block, n - i);
-      for (std::size_t j = 0; j < m; ++j) fa[j] = static_cast<float>(a[i + j]);
-      for (std::size_t j = 0; j < m; ++j) fb[j] = static_cast<float>(b[i + j]);
+      convert_to_float(a + i, fa, m);
+      convert_to_float(b + i, fb, m);
       for (std::size_t j = 0; j < m; ++j) fa[j] = combine<K, float>(fa[j], fb[j]);
-      for (std::size_t j = 0; j < m; ++j) d[i + j] = T(fa[j]);
+      convert_from_float(fa, d + i, m);
     }
   } else if (d == a) {
     T* __restrict out = d;
@@ -79,7 +81,14 @@ template <class T>
 void divide_kernel(T* x, std::size_t n, int divisor) noexcept {
   if constexpr (is_float16<T>) {
     const auto div = static_cast<float>(divisor);
-    for (std::size_t i = 0; i < n; ++i) x[i] = T(static_cast<float>(x[i]) / div);
+    constexpr std::size_t block = 256;
+    float fx[block];
+    for (std::size_t i = 0; i < n; i += block) {
+      const std::size_t m = std::min(block, n - i);
+      convert_to_float(x + i, fx, m);
+      for (std::size_t j = 0; j < m; ++j) fx[j] = fx[j] / div;
+      convert_from_float(fx, x + i, m);
+    }
   } else if constexpr (std::is_floating_point_v<T>) {
     const auto div = static_cast<T>(divisor);
     for (std::size_t i = 0; i < n; ++i) x[i] = x[i] / div;

@@ -55,6 +55,7 @@ class inproc_world {
         channels_(std::make_unique<inproc_channel[]>(2 * static_cast<std::size_t>(n) *
                                                      static_cast<std::size_t>(n))),
         segment_bytes_(segment_bytes),
+        exited_(std::make_unique<std::atomic<bool>[]>(static_cast<std::size_t>(n))),
         segments_(static_cast<std::size_t>(n)) {
     // Default-initialised (not zeroed): pages are touched only when a direct algorithm uses them.
     for (auto& seg : segments_) seg.reset(new std::byte[segment_bytes_]);
@@ -117,6 +118,15 @@ class inproc_world {
     for (int r = 0; r < n_; ++r) ranks_[idx(r)].bell.ring(false);
   }
   [[nodiscard]] bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
+
+  /// Rank r's function returned: it will post nothing more, so waiting for it is pointless.
+  void mark_exited(int r) noexcept {
+    exited_[idx(r)].store(true, std::memory_order_release);
+    for (int q = 0; q < n_; ++q) ranks_[idx(q)].bell.ring(false);
+  }
+  [[nodiscard]] bool exited(int r) const noexcept {
+    return exited_[idx(r)].load(std::memory_order_acquire);
+  }
   [[nodiscard]] std::pair<errc, std::string> abort_reason() {
     std::lock_guard lock(abort_mu_);
     return {abort_code_, abort_what_};
@@ -190,6 +200,7 @@ class inproc_world {
   std::atomic<std::uint32_t> barrier_arrived_{0};
   std::atomic<std::uint32_t> barrier_gen_{0};
   std::size_t segment_bytes_;
+  std::unique_ptr<std::atomic<bool>[]> exited_;
   std::vector<std::unique_ptr<std::byte[]>> segments_;
 };
 

@@ -149,7 +149,8 @@ class inproc {
   /// Runs `fn(comm)` on `n` threads, each with a `communicator<inproc, Algorithm>` of rank
   /// 0..n-1. Returns when every rank has returned. If any rank throws, the others' waits are
   /// released with tutti::error(errc::aborted), and the first rank's exception (the cause,
-  /// not the aborts it caused) is rethrown here.
+  /// not the aborts it caused) is rethrown here. A rank waiting for a rank whose `fn` already
+  /// returned raises tutti::error(errc::peer_lost) naming it, without waiting for the timeout.
   template <class Algorithm = automatic, class Fn>
   static void run(int n, Fn&& fn, const options& opts = {});
 
@@ -187,6 +188,11 @@ class inproc {
         }
       }
     }
+    for (int r = 0; r < size(); ++r)
+      if ((peer < 0 || r == peer) && r != rank_ && world_->exited(r))
+        throw error(
+            errc::peer_lost, c.name_str(), c.seq, rank_, r,
+            "rank " + std::to_string(r) + " returned from its function without making this call");
     if (detail::clock::now() >= deadline)
       throw error(errc::timeout, c.name_str(), c.seq, rank_, peer,
                   peer >= 0 ? "timed out waiting for rank " + std::to_string(peer)
@@ -206,8 +212,11 @@ void inproc::run(int n, Fn&& fn, const options& opts) {
   std::vector<int> order(static_cast<std::size_t>(n), -1);
   auto body = [&](int r) {
     try {
-      communicator<inproc, Algorithm> comm(inproc(world, r), opts);
-      fn(comm);
+      {
+        communicator<inproc, Algorithm> comm(inproc(world, r), opts);
+        fn(comm);
+      }  // the communicator's queued async work is done here
+      world->mark_exited(r);
     } catch (...) {
       const auto i = static_cast<std::size_t>(r);
       errors[i] = std::current_exception();
@@ -220,6 +229,7 @@ void inproc::run(int n, Fn&& fn, const options& opts) {
       } catch (...) {
       }
       world->abort(errc::aborted, "rank " + std::to_string(r) + " failed: " + what);
+      world->mark_exited(r);
     }
   };
   std::vector<std::thread> threads;
