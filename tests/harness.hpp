@@ -58,6 +58,10 @@ class buffer {
   const T* data() const noexcept { return p_.get(); }
   T& operator[](std::size_t i) noexcept { return p_[i]; }
   const T& operator[](std::size_t i) const noexcept { return p_[i]; }
+  T* begin() noexcept { return p_.get(); }
+  T* end() noexcept { return p_.get() + n_; }
+  const T* begin() const noexcept { return p_.get(); }
+  const T* end() const noexcept { return p_.get() + n_; }
   operator std::span<T>() noexcept { return {p_.get(), n_}; }
   operator std::span<const T>() const noexcept { return {p_.get(), n_}; }
   friend bool operator==(const buffer& a, const buffer& b) {

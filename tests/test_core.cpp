@@ -23,6 +23,7 @@
 
 #include <doctest/doctest.h>
 
+#include "harness.hpp"
 #include "tutti/tutti.hpp"
 
 namespace {
@@ -101,34 +102,7 @@ T reference_divide(T x, int world) {
     return static_cast<T>(static_cast<unsigned long long>(x) / static_cast<unsigned>(world));
 }
 
-// A contiguous, copyable buffer of T (std::vector<bool> has no data()).
-template <class T>
-class buffer {
- public:
-  explicit buffer(std::size_t n = 0, T fill = T{}) : n_(n), p_(std::make_unique<T[]>(n)) {
-    for (std::size_t i = 0; i < n; ++i) p_[i] = fill;
-  }
-  buffer(const buffer& o) : buffer(o.n_) {
-    for (std::size_t i = 0; i < n_; ++i) p_[i] = o.p_[i];
-  }
-  buffer& operator=(const buffer& o) {
-    buffer copy(o);
-    std::swap(n_, copy.n_);
-    std::swap(p_, copy.p_);
-    return *this;
-  }
-  [[nodiscard]] T* data() noexcept { return p_.get(); }
-  [[nodiscard]] const T* data() const noexcept { return p_.get(); }
-  [[nodiscard]] std::size_t size() const noexcept { return n_; }
-  T& operator[](std::size_t i) noexcept { return p_[i]; }
-  const T& operator[](std::size_t i) const noexcept { return p_[i]; }
-  T* begin() noexcept { return data(); }
-  T* end() noexcept { return data() + n_; }
-
- private:
-  std::size_t n_;
-  std::unique_ptr<T[]> p_;
-};
+using harness::buffer;
 
 // Deterministic inputs spanning the type: full-range integers, small dyadic floats (exact sums
 // and products stay far from overflow), and each type's extremes at the front.

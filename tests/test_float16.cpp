@@ -484,10 +484,12 @@ struct block_impl {
 };
 
 // Every implementation this build and CPU can run: the portable loops, F16C (half, x86-64 with
-// GCC or Clang, when the CPU has it) and the dispatching entry points the kernels call.
+// GCC or Clang, when the CPU has it), the AVX2 and AVX-512 builds (when the CPU has them) and
+// the dispatching entry points the kernels call.
 template <class T>
 std::vector<block_impl<T>> block_impls() {
   namespace d = tutti::detail;
+  using level = d::simd_level;
   std::vector<block_impl<T>> v;
   v.push_back(
       {"portable",
@@ -499,21 +501,38 @@ std::vector<block_impl<T>> block_impls() {
       {"dispatched",
        [](const T* s, float* o, std::size_t n) noexcept { d::convert_to_float(s, o, n); },
        [](const float* s, T* o, std::size_t n) noexcept { d::convert_from_float(s, o, n); }});
-#if TUTTI_DETAIL_HAVE_F16C
+#if TUTTI_DETAIL_X86_DISPATCH
   if constexpr (std::is_same_v<T, half>) {
-    if (d::f16c::supported()) {
-      v.push_back({"f16c",
-                   [](const half* s, float* o, std::size_t n) noexcept {
-                     d::f16c::convert_to_float(s, o, n);
-                   },
-                   [](const float* s, half* o, std::size_t n) noexcept {
-                     d::f16c::convert_from_float(s, o, n);
-                   }});
+    if (d::x86::cpu().f16c) {
+      v.push_back(
+          {"f16c",
+           [](const half* s, float* o, std::size_t n) noexcept { d::x86::f16c_to_float(s, o, n); },
+           [](const float* s, half* o, std::size_t n) noexcept {
+             d::x86::f16c_from_float(s, o, n);
+           }});
     } else {
-      MESSAGE("this CPU has no F16C: only the portable half converters are tested");
+      MESSAGE("this CPU has no F16C: the F16C half converters are not tested");
     }
   }
 #endif
+  if (d::supported_simd_level() >= level::avx2) {
+    v.push_back({"avx2",
+                 [](const T* s, float* o, std::size_t n) noexcept {
+                   d::convert_to_float(s, o, n, level::avx2);
+                 },
+                 [](const float* s, T* o, std::size_t n) noexcept {
+                   d::convert_from_float(s, o, n, level::avx2);
+                 }});
+  }
+  if (d::supported_simd_level() >= level::avx512) {
+    v.push_back({"avx512",
+                 [](const T* s, float* o, std::size_t n) noexcept {
+                   d::convert_to_float(s, o, n, level::avx512);
+                 },
+                 [](const float* s, T* o, std::size_t n) noexcept {
+                   d::convert_from_float(s, o, n, level::avx512);
+                 }});
+  }
   return v;
 }
 
@@ -730,6 +749,52 @@ TEST_CASE_TEMPLATE("float16: reduce kernels match element-wise float arithmetic"
       }
       CHECK(fails == 0);
     }
+  }
+}
+
+TEST_CASE_TEMPLATE("float16: combine_via_float gives the same bits at every SIMD level", T, half,
+                   bfloat16) {
+  namespace d = tutti::detail;
+  splitmix64 rng{0x1EE7ULL};
+  constexpr std::size_t n = 3 * d::via_float_block + 45;
+  std::vector<T> a(n);
+  std::vector<T> b(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    do {
+      a[i] = T::from_bits(static_cast<std::uint16_t>(rng()));
+    } while (ref<T>::is_nan(a[i].to_bits()));
+    do {
+      b[i] = T::from_bits(static_cast<std::uint16_t>(rng()));
+    } while (ref<T>::is_nan(b[i].to_bits()));
+  }
+  for (auto level = d::simd_level::baseline; level <= d::supported_simd_level();
+       level = static_cast<d::simd_level>(static_cast<int>(level) + 1)) {
+    CAPTURE(static_cast<int>(level));
+    int fails = 0;
+    std::vector<T> sum(n);
+    d::combine_via_float(
+        sum.data(), a.data(), b.data(), n, [](float x, float y) { return x + y; }, level);
+    std::vector<T> prod = b;  // in place, aliasing the second operand
+    d::combine_via_float(
+        prod.data(), a.data(), prod.data(), n, [](float x, float y) { return x * y; }, level);
+    std::vector<T> third = a;  // unary, in place
+    d::combine_via_float(
+        third.data(), third.data(), static_cast<const T*>(nullptr), n,
+        [](float x) { return x / 3.0F; }, level);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto x = static_cast<float>(a[i]);
+      const auto y = static_cast<float>(b[i]);
+      const T want_sum(x + y);
+      const T want_prod(x * y);
+      if (!ref<T>::is_nan(want_sum.to_bits())) {
+        EXPECT_EQ_COUNTED(fails, sum[i].to_bits(), want_sum.to_bits(), "sum at " << i);
+      }
+      if (!ref<T>::is_nan(want_prod.to_bits())) {
+        EXPECT_EQ_COUNTED(fails, prod[i].to_bits(), want_prod.to_bits(), "prod at " << i);
+      }
+      EXPECT_EQ_COUNTED(fails, third[i].to_bits(), T(x / 3.0F).to_bits(), "x / 3 at " << i);
+    }
+    CHECK(fails == 0);
   }
 }
 

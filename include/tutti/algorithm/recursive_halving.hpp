@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "tutti/algorithm/bruck.hpp"
+#include "tutti/algorithm/recursive_doubling.hpp"
 #include "tutti/detail/recursive.hpp"
 #include "tutti/detail/schedules.hpp"
 
@@ -59,16 +59,10 @@ struct recursive_halving {
     detail::copy_bytes(out, buf + static_cast<std::size_t>(r) * b, b);
   }
 
+  /// Recursive doubling, as recursive_doubling::all_gather.
   template <class Ctx>
   static void all_gather(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
-    const int p = c.size();
-    if ((p & (p - 1)) != 0) {
-      bruck::all_gather(c, in, out, count);
-      return;
-    }
-    const std::size_t bytes = count * c.elem();
-    detail::copy_bytes(out + static_cast<std::size_t>(c.rank()) * bytes, in, bytes);
-    detail::doubling_all_gather(c, out, detail::equal_offsets(bytes, p), detail::fold(p, c.rank()));
+    recursive_doubling::all_gather(c, in, out, count);
   }
 
   template <class Ctx>

@@ -53,18 +53,10 @@ template <op_kind K, class T>
 void reduce_kernel(T* d, const T* a, const T* b, std::size_t n) noexcept {
   using c = compute_t<K, T>;
   if constexpr (is_float16<T>) {
-    // Blocks through float arrays: the block converters (vectorized, or F16C for half) give
-    // the same bits as element-wise T(float) conversions, and the float part vectorizes.
-    constexpr std::size_t block = 256;
-    float fa[block];
-    float fb[block];
-    for (std::size_t i = 0; i < n; i += block) {
-      const std::size_t m = std::min(block, n - i);
-      convert_to_float(a + i, fa, m);
-      convert_to_float(b + i, fb, m);
-      for (std::size_t j = 0; j < m; ++j) fa[j] = combine<K, float>(fa[j], fb[j]);
-      convert_from_float(fa, d + i, m);
-    }
+    // Through float in blocks: the block converters give exactly the bits of element-wise
+    // T(float) conversions, and the loop, combine included, is built for the best ISA the CPU
+    // has (see combine_via_float).
+    combine_via_float(d, a, b, n, [](float x, float y) { return combine<K, float>(x, y); });
   } else if (d == a) {
     T* __restrict out = d;
     const T* __restrict in = b;
@@ -81,14 +73,7 @@ template <class T>
 void divide_kernel(T* x, std::size_t n, int divisor) noexcept {
   if constexpr (is_float16<T>) {
     const auto div = static_cast<float>(divisor);
-    constexpr std::size_t block = 256;
-    float fx[block];
-    for (std::size_t i = 0; i < n; i += block) {
-      const std::size_t m = std::min(block, n - i);
-      convert_to_float(x + i, fx, m);
-      for (std::size_t j = 0; j < m; ++j) fx[j] = fx[j] / div;
-      convert_from_float(fx, x + i, m);
-    }
+    combine_via_float(x, x, static_cast<const T*>(nullptr), n, [div](float v) { return v / div; });
   } else if constexpr (std::is_floating_point_v<T>) {
     const auto div = static_cast<T>(divisor);
     for (std::size_t i = 0; i < n; ++i) x[i] = x[i] / div;
