@@ -16,6 +16,7 @@
 #include "tutti/algorithm/recursive_halving.hpp"
 #include "tutti/algorithm/ring.hpp"
 #include "tutti/algorithm/tree.hpp"
+#include "tutti/core/error.hpp"
 #include "tutti/detail/algo_table.hpp"
 #include "tutti/detail/cost.hpp"
 #include "tutti/detail/policy_traits.hpp"
@@ -159,6 +160,13 @@ struct automatic {
     return best;
   }
 
+  /// No policy can run this collective on this transport: say so instead of doing nothing.
+  template <class Ctx>
+  [[noreturn]] static void no_policy(const Ctx& c) {
+    throw error(errc::transport_failure, c.info().name_str(), c.info().seq, c.rank(), -1,
+                "no algorithm policy implements this collective on this transport");
+  }
+
 #define TUTTI_AUTOMATIC_DISPATCH(coll, bytes, ...)                                         \
   using T = typename Ctx::transport_type;                                                  \
   auto runs = [](detail::policy_id id) {                                                   \
@@ -166,14 +174,15 @@ struct automatic {
   };                                                                                       \
   const auto id = choose(detail::collective::coll, bytes, c.size(), detail::costs_of<T>(), \
                          c.overrides(), runs);                                             \
-  detail::with_policy(id, [&]<class P>() {                                                 \
+  const bool ran = detail::with_policy(id, [&]<class P>() {                                \
     if constexpr (detail::has_##coll<P, T>) {                                              \
       P::coll(c __VA_OPT__(, ) __VA_ARGS__);                                               \
       return true;                                                                         \
     } else {                                                                               \
       return false;                                                                        \
     }                                                                                      \
-  })
+  });                                                                                      \
+  if (!ran) no_policy(c)
 
   template <class Ctx>
   static void all_reduce(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
