@@ -88,6 +88,50 @@ void bm_memcpy(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(2 * bytes));
 }
 
+// The 16-bit sum through float at one SIMD level (the kernels take the best the CPU has), so
+// that the portable path is measured on any machine. Out of place; same bytes as bm_kernel.
+template <class T>
+void bm_via_float(benchmark::State& state, tutti::detail::simd_level level) {
+  const auto n = static_cast<std::size_t>(state.range(0)) / sizeof(T);
+  const std::vector<T> a = make_input<T>(n, 17, 0);
+  const std::vector<T> b = make_input<T>(n, 5, 1);
+  std::vector<T> d(n);
+  const auto add = [](float x, float y) { return x + y; };
+  tutti::detail::combine_via_float(d.data(), a.data(), b.data(), n, add, level);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (as_double(d[i]) != as_double(a[i]) + as_double(b[i])) {
+      std::fprintf(stderr, "bench_reduce: via_float<%s> wrong at %zu\n",
+                   std::string(tutti::name(tutti::dtype_of<T>)).c_str(), i);
+      std::abort();
+    }
+  }
+  for (auto _ : state) {
+    tutti::detail::combine_via_float(d.data(), a.data(), b.data(), n, add, level);
+    benchmark::DoNotOptimize(d.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(3 * n * sizeof(T)));
+}
+
+template <class T>
+void register_via_float() {
+  using level = tutti::detail::simd_level;
+  const std::string base = "sum_via_float<" + std::string(tutti::name(tutti::dtype_of<T>)) + ">";
+  struct named_level {
+    level value;
+    const char* label;
+  };
+  for (const named_level l :
+       {named_level{level::portable, "portable"}, named_level{level::f16c, "f16c"},
+        named_level{level::avx2, "avx2"}, named_level{level::avx512, "avx512"}}) {
+    if (l.value > tutti::detail::supported_simd_level()) continue;
+    auto* b = benchmark::RegisterBenchmark(
+        (base + "/" + l.label).c_str(),
+        [value = l.value](benchmark::State& s) { bm_via_float<T>(s, value); });
+    for (auto bytes : sizes) b->Arg(bytes);
+  }
+}
+
 template <op_kind K, class T>
 void register_kernel() {
   const std::string base =
@@ -109,6 +153,8 @@ void register_kernel() {
   register_kernel<op_kind::sum, tutti::half>();
   register_kernel<op_kind::sum, tutti::bfloat16>();
   register_kernel<op_kind::max, float>();
+  register_via_float<tutti::half>();
+  register_via_float<tutti::bfloat16>();
   return true;
 }();
 

@@ -101,8 +101,10 @@ template <class Dst, class Src>
 }
 
 /// float -> binary16 bits, rounding to nearest, ties to even. Same results as
-/// `narrow_bits<binary16_format, binary32_format>`, but computed without data-dependent branches
-/// (every case is evaluated and the right one selected), which is friendlier to vectorization.
+/// `narrow_bits<binary16_format, binary32_format>`, with every case evaluated and the right one
+/// selected. The per-lane variable shifts still keep compilers from vectorizing it at the
+/// baseline ISA; array conversions use `detail::convert_from_float` (tutti/detail/convert16.hpp),
+/// which gives the same bits.
 [[nodiscard]] constexpr std::uint16_t binary32_to_binary16_bits(std::uint32_t f) noexcept {
   const std::uint32_t sign = (f >> 16) & 0x8000U;
   const std::uint32_t a = f & 0x7FFFFFFFU;
