@@ -14,7 +14,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "tutti/core/half.hpp"  // detail::narrow_bits, detail::float_to_double
+#include "tutti/core/half.hpp"  // detail::float16_storage
 
 namespace tutti {
 
@@ -44,55 +44,11 @@ namespace detail {
 ///
 /// A storage type: it converts exactly to `float`/`double` and is constructed from them with
 /// round-to-nearest-even. Comparisons follow IEEE semantics (NaN is unordered, +0 == -0).
-class bfloat16 {
+class bfloat16 : public detail::float16_storage<bfloat16, detail::bfloat16_format,
+                                                &detail::binary32_to_bfloat16_bits,
+                                                &detail::bfloat16_to_binary32_bits> {
  public:
-  /// Positive zero.
-  constexpr bfloat16() noexcept = default;
-
-  /// Rounds `f` to the nearest bfloat16 value, ties to even. Values beyond the largest finite
-  /// value (after rounding) become infinity; NaNs stay NaN (quiet, sign and high payload kept).
-  explicit constexpr bfloat16(float f) noexcept
-      : bits_(detail::binary32_to_bfloat16_bits(std::bit_cast<std::uint32_t>(f))) {}
-
-  /// Rounds `d` directly to the nearest bfloat16 value, ties to even (no intermediate rounding
-  /// to `float`, so there is no double-rounding error).
-  explicit constexpr bfloat16(double d) noexcept
-      : bits_(detail::narrow_bits<detail::bfloat16_format, detail::binary64_format>(
-            std::bit_cast<std::uint64_t>(d))) {}
-
-  /// Exact conversion to `float` (NaNs are returned quiet).
-  explicit constexpr operator float() const noexcept {
-    return std::bit_cast<float>(detail::bfloat16_to_binary32_bits(bits_));
-  }
-
-  /// Exact conversion to `double` (NaNs are returned quiet).
-  explicit constexpr operator double() const noexcept {
-    return detail::float_to_double(static_cast<float>(*this));
-  }
-
-  /// The value with bit pattern `b`.
-  [[nodiscard]] static constexpr bfloat16 from_bits(std::uint16_t b) noexcept {
-    bfloat16 v;
-    v.bits_ = b;
-    return v;
-  }
-
-  /// The bit pattern of this value.
-  [[nodiscard]] constexpr std::uint16_t to_bits() const noexcept { return bits_; }
-
-  /// IEEE equality: false if either operand is NaN; +0 == -0.
-  [[nodiscard]] friend constexpr bool operator==(bfloat16 a, bfloat16 b) noexcept {
-    return static_cast<float>(a) == static_cast<float>(b);
-  }
-
-  /// IEEE ordering: `unordered` if either operand is NaN.
-  [[nodiscard]] friend constexpr auto operator<=>(bfloat16 a, bfloat16 b) noexcept
-      -> std::partial_ordering {
-    return static_cast<float>(a) <=> static_cast<float>(b);
-  }
-
- private:
-  std::uint16_t bits_ = 0;
+  using float16_storage::float16_storage;
 };
 
 static_assert(sizeof(bfloat16) == 2 && std::is_trivially_copyable_v<bfloat16>);

@@ -162,59 +162,74 @@ template <class Dst, class Src>
 
 }  // namespace detail
 
-/// IEEE 754 binary16 ("half precision") value: 1 sign, 5 exponent and 10 mantissa bits.
-///
-/// A storage type: it converts exactly to `float`/`double` and is constructed from them with
-/// round-to-nearest-even. Comparisons follow IEEE semantics (NaN is unordered, +0 == -0).
-class half {
+namespace detail {
+
+/// What `half` and `bfloat16` share: 16 bits of storage, exact widening to float and double,
+/// correctly rounded narrowing (float through `FromFloat`, double directly, so there is no
+/// double rounding) and IEEE comparisons.
+template <class Derived, class Format, std::uint16_t (*FromFloat)(std::uint32_t) noexcept,
+          std::uint32_t (*ToFloat)(std::uint16_t) noexcept>
+class float16_storage {
  public:
   /// Positive zero.
-  constexpr half() noexcept = default;
+  constexpr float16_storage() noexcept = default;
 
-  /// Rounds `f` to the nearest binary16 value, ties to even. Values beyond the largest finite
-  /// value (after rounding) become infinity; NaNs stay NaN (quiet, sign and high payload kept).
-  explicit constexpr half(float f) noexcept
-      : bits_(detail::binary32_to_binary16_bits(std::bit_cast<std::uint32_t>(f))) {}
+  /// Rounds `f` to the nearest value, ties to even. Values beyond the largest finite value
+  /// (after rounding) become infinity; NaNs stay NaN (quiet, sign and high payload kept).
+  explicit constexpr float16_storage(float f) noexcept
+      : bits_(FromFloat(std::bit_cast<std::uint32_t>(f))) {}
 
-  /// Rounds `d` directly to the nearest binary16 value, ties to even (no intermediate rounding
-  /// to `float`, so there is no double-rounding error).
-  explicit constexpr half(double d) noexcept
-      : bits_(detail::narrow_bits<detail::binary16_format, detail::binary64_format>(
-            std::bit_cast<std::uint64_t>(d))) {}
+  /// Rounds `d` directly to the nearest value, ties to even (no intermediate rounding to
+  /// `float`, so there is no double-rounding error).
+  explicit constexpr float16_storage(double d) noexcept
+      : bits_(narrow_bits<Format, binary64_format>(std::bit_cast<std::uint64_t>(d))) {}
 
   /// Exact conversion to `float` (NaNs are returned quiet).
   explicit constexpr operator float() const noexcept {
-    return std::bit_cast<float>(detail::binary16_to_binary32_bits(bits_));
+    return std::bit_cast<float>(ToFloat(bits_));
   }
 
   /// Exact conversion to `double` (NaNs are returned quiet).
   explicit constexpr operator double() const noexcept {
-    return detail::float_to_double(static_cast<float>(*this));
+    return float_to_double(static_cast<float>(*this));
   }
 
   /// The value with bit pattern `b`.
-  [[nodiscard]] static constexpr half from_bits(std::uint16_t b) noexcept {
-    half h;
-    h.bits_ = b;
-    return h;
+  [[nodiscard]] static constexpr Derived from_bits(std::uint16_t b) noexcept {
+    Derived v;
+    v.bits_ = b;
+    return v;
   }
 
   /// The bit pattern of this value.
   [[nodiscard]] constexpr std::uint16_t to_bits() const noexcept { return bits_; }
 
   /// IEEE equality: false if either operand is NaN; +0 == -0.
-  [[nodiscard]] friend constexpr bool operator==(half a, half b) noexcept {
+  [[nodiscard]] friend constexpr bool operator==(Derived a, Derived b) noexcept {
     return static_cast<float>(a) == static_cast<float>(b);
   }
 
   /// IEEE ordering: `unordered` if either operand is NaN.
-  [[nodiscard]] friend constexpr auto operator<=>(half a, half b) noexcept
+  [[nodiscard]] friend constexpr auto operator<=>(Derived a, Derived b) noexcept
       -> std::partial_ordering {
     return static_cast<float>(a) <=> static_cast<float>(b);
   }
 
  private:
   std::uint16_t bits_ = 0;
+};
+
+}  // namespace detail
+
+/// IEEE 754 binary16 ("half precision") value: 1 sign, 5 exponent and 10 mantissa bits.
+///
+/// A storage type: it converts exactly to `float`/`double` and is constructed from them with
+/// round-to-nearest-even. Comparisons follow IEEE semantics (NaN is unordered, +0 == -0).
+class half : public detail::float16_storage<half, detail::binary16_format,
+                                            &detail::binary32_to_binary16_bits,
+                                            &detail::binary16_to_binary32_bits> {
+ public:
+  using float16_storage::float16_storage;
 };
 
 static_assert(sizeof(half) == 2 && std::is_trivially_copyable_v<half>);
