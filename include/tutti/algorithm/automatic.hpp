@@ -39,6 +39,7 @@ template <class T>
 [[nodiscard]] inline double predicted_cost(collective k, policy_id pol, double n, int ranks,
                                            const cost_model& m) noexcept {
   const double p = ranks, a = m.alpha_us, b = m.beta_us_per_byte, g = m.gamma_us_per_byte;
+  const double bs = m.segment_beta_us_per_byte > 0 ? m.segment_beta_us_per_byte : b;
   const double lg = std::ceil(std::log2(p));
   const bool pow2 = (ranks & (ranks - 1)) == 0;
   const double fold = pow2 ? 0.0 : 2 * (a + n * b) + n * g;  // non-power-of-two extra steps
@@ -60,14 +61,14 @@ template <class T>
         case policy_id::tree:
           return 2 * lg * a + 2 * lg * n * b + lg * n * g;
         case policy_id::direct:
-          return rounds * (small ? 1 : 2) * a + 2 * n * b + (small ? p - 1 : frac) * n * g;
+          return rounds * (small ? 1 : 2) * a + 2 * n * bs + (small ? p - 1 : frac) * n * g;
         default:
           return never;
       }
     case collective::reduce:
       if (pol == policy_id::tree) return lg * (a + n * b + n * g);
       if (pol == policy_id::direct)
-        return rounds * (small ? 1 : 2) * a + 2 * n * b + (small ? p - 1 : frac) * n * g;
+        return rounds * (small ? 1 : 2) * a + 2 * n * bs + (small ? p - 1 : frac) * n * g;
       return never;
     case collective::broadcast:
       if (pol == policy_id::tree) return lg * (a + n * b);
@@ -75,13 +76,13 @@ template <class T>
         const double segs = std::max(1.0, std::ceil(n / double(ring::broadcast_segment)));
         return (p - 2 + segs) * (a + n / segs * b);
       }
-      if (pol == policy_id::direct) return rounds * a + 2 * n * b;
+      if (pol == policy_id::direct) return rounds * a + 2 * n * bs;
       return never;
     case collective::all_gather:
       if (pol == policy_id::ring) return (p - 1) * a + frac * n * b;
       if (pol == policy_id::recursive_doubling) return lg * a + frac * n * b + (pow2 ? 0.0 : n * b);
       if (pol == policy_id::bruck) return lg * a + frac * n * b + n * b;
-      if (pol == policy_id::direct) return rounds * a + n * b;
+      if (pol == policy_id::direct) return rounds * a + n * bs;
       return never;
     case collective::gather:
     case collective::scatter:
@@ -92,7 +93,7 @@ template <class T>
       if (pol == policy_id::ring) return (p - 1) * a + frac * n * (b + g) + 2 * n * b;
       if (pol == policy_id::recursive_halving)
         return lg * a + frac * n * (b + g) + 2 * n * b + fold;
-      if (pol == policy_id::direct) return rounds * a + n * b + n * g;
+      if (pol == policy_id::direct) return rounds * a + n * bs + n * g;
       return never;
     case collective::all_to_all:
       if (pol == policy_id::direct) return (p - 1) * a + n * b;

@@ -10,6 +10,8 @@ struct cost_model {
   double alpha_us = 1.0;
   double beta_us_per_byte = 1e-4;
   double gamma_us_per_byte = 1e-4;
+  /// Copying a byte into or out of the shared segment (direct's schedules); 0: same as β.
+  double segment_beta_us_per_byte = 0.0;
 };
 
 }  // namespace tutti

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tutti/core/error.hpp"
@@ -57,11 +58,19 @@ class inproc_world {
         segment_bytes_(segment_bytes),
         exited_(std::make_unique<std::atomic<bool>[]>(static_cast<std::size_t>(n))),
         segments_(static_cast<std::size_t>(n)) {
+    if (const unsigned hw = std::thread::hardware_concurrency();
+        hw != 0 && static_cast<unsigned>(n) > hw) {
+      tuning_.spins = 8;
+      tuning_.yields = 128;
+    }
     // Default-initialised (not zeroed): pages are touched only when a direct algorithm uses them.
     for (auto& seg : segments_) seg.reset(new std::byte[segment_bytes_]);
   }
 
   [[nodiscard]] int size() const noexcept { return n_; }
+  /// How waits spin: barely at all when ranks outnumber hardware threads, where spinning only
+  /// delays the rank that would make progress on this core.
+  [[nodiscard]] const wait_tuning& tuning() const noexcept { return tuning_; }
   [[nodiscard]] inproc_rank_state& rank_state(int r) noexcept { return ranks_[idx(r)]; }
   [[nodiscard]] inproc_channel& channel(int src, int dst, space s) noexcept {
     return channels_[idx((static_cast<int>(s) * n_ + src) * n_ + dst)];
@@ -201,6 +210,7 @@ class inproc_world {
   std::atomic<std::uint32_t> barrier_gen_{0};
   std::size_t segment_bytes_;
   std::unique_ptr<std::atomic<bool>[]> exited_;
+  wait_tuning tuning_;
   std::vector<std::unique_ptr<std::byte[]>> segments_;
 };
 

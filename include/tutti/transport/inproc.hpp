@@ -26,9 +26,13 @@ namespace tutti {
 class inproc {
  public:
   using memory_space = host_memory;
-  /// Defaults for tutti::automatic: a futex hand-off per message, memcpy-speed bytes.
-  static constexpr cost_model costs{
-      .alpha_us = 2.0, .beta_us_per_byte = 1.0 / 8000.0, .gamma_us_per_byte = 1.0 / 8000.0};
+  /// Defaults for tutti::automatic, fitted to bench/bench_all_reduce on a 2-core machine: a
+  /// futex hand-off per message; a point-to-point message is copied (or reduced) by one of
+  /// the two threads, while direct's segment copies run on every rank at once.
+  static constexpr cost_model costs{.alpha_us = 2.0,
+                                    .beta_us_per_byte = 1.0 / 2500.0,
+                                    .gamma_us_per_byte = 1.0 / 10000.0,
+                                    .segment_beta_us_per_byte = 1.0 / 10000.0};
 
   /// A posted send or receive. Waiting is done through `inproc::wait`; a request destroyed
   /// unwaited withdraws its message (or waits for a copy already under way).
@@ -107,8 +111,9 @@ class inproc {
       return m->state.load(std::memory_order_acquire) >= detail::inproc_message::done;
     };
     if (!ready())
-      detail::wait_on(world_->rank_state(rank_).bell, false, ready,
-                      [&] { poll(c, deadline, r.peer_); });
+      detail::wait_on(
+          world_->rank_state(rank_).bell, false, ready, [&] { poll(c, deadline, r.peer_); },
+          world_->tuning());
     if (m->state.load(std::memory_order_acquire) == detail::inproc_message::failed)
       throw error(errc::mismatch, c.name_str(), c.seq, rank_, r.peer_, m->error);
     r.msg_.reset();
@@ -126,7 +131,8 @@ class inproc {
     if (!world_->barrier_arrive())
       detail::wait_on(
           world_->rank_state(rank_).bell, false,
-          [&] { return world_->barrier_generation() != gen; }, [&] { poll(c, deadline, -1); });
+          [&] { return world_->barrier_generation() != gen; }, [&] { poll(c, deadline, -1); },
+          world_->tuning());
     // Every rank published its call before arriving: all must be in this very call.
     for (int r = 0; r < size(); ++r) {
       if (r == rank_) continue;
