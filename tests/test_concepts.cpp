@@ -43,6 +43,7 @@ template <class P, class Fn>
 void run_archetype(int p, Fn fn) {
   auto world = std::make_shared<tutti::detail::inproc_world>(p);
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(p));
   std::atomic<int> failed{0};
   for (int r = 0; r < p; ++r)
     threads.emplace_back([&, r] {
@@ -71,7 +72,8 @@ void check_policy() {
             v[i] = comm.rank() * 1000 + static_cast<std::int64_t>(i);
           comm.all_reduce(std::span<std::int64_t>(v), tutti::sum);
           for (std::size_t i = 0; i < n; ++i)
-            if (v[i] != p * (p - 1) / 2 * 1000 + p * static_cast<std::int64_t>(i)) wrong++;
+            if (v[i] != std::int64_t{p} * (p - 1) / 2 * 1000 + p * static_cast<std::int64_t>(i))
+              wrong++;
         }
         if constexpr (tutti::detail::has_reduce_scatter<P, p2p_archetype>) {
           std::vector<float> in(n * up, float(comm.rank() + 1)), out(n);
