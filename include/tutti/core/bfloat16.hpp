@@ -58,62 +58,6 @@ static_assert(sizeof(bfloat16) == 2 && std::is_trivially_copyable_v<bfloat16>);
 /// `std::numeric_limits` for `tutti::bfloat16`, following the conventions used for `float`.
 /// `is_iec559` is false: bfloat16 is not one of the IEEE 754 interchange formats.
 template <>
-struct std::numeric_limits<tutti::bfloat16> {
-  static constexpr bool is_specialized = true;
-  static constexpr bool is_signed = true;
-  static constexpr bool is_integer = false;
-  static constexpr bool is_exact = false;
-  static constexpr bool has_infinity = true;
-  static constexpr bool has_quiet_NaN = true;
-  static constexpr bool has_signaling_NaN = true;
-  static constexpr std::float_denorm_style has_denorm = std::denorm_present;
-  static constexpr bool has_denorm_loss = false;
-  static constexpr std::float_round_style round_style = std::round_to_nearest;
-  static constexpr bool is_iec559 = false;
-  static constexpr bool is_bounded = true;
-  static constexpr bool is_modulo = false;
-  static constexpr int digits = 8;
-  static constexpr int digits10 = 2;
-  static constexpr int max_digits10 = 4;
-  static constexpr int radix = 2;
-  static constexpr int min_exponent = -125;
-  static constexpr int min_exponent10 = -37;
-  static constexpr int max_exponent = 128;
-  static constexpr int max_exponent10 = 38;
-  static constexpr bool traps = false;
-  static constexpr bool tinyness_before = false;
-
-  /// Smallest positive normal value, 2^-126.
-  [[nodiscard]] static constexpr tutti::bfloat16 min() noexcept {
-    return tutti::bfloat16::from_bits(0x0080);
-  }
-  /// Largest finite value, (2 - 2^-7) * 2^127.
-  [[nodiscard]] static constexpr tutti::bfloat16 max() noexcept {
-    return tutti::bfloat16::from_bits(0x7F7F);
-  }
-  /// Most negative finite value.
-  [[nodiscard]] static constexpr tutti::bfloat16 lowest() noexcept {
-    return tutti::bfloat16::from_bits(0xFF7F);
-  }
-  /// 2^-7, the distance from 1 to the next representable value.
-  [[nodiscard]] static constexpr tutti::bfloat16 epsilon() noexcept {
-    return tutti::bfloat16::from_bits(0x3C00);
-  }
-  /// 0.5, the largest rounding error of round-to-nearest in units of the last place.
-  [[nodiscard]] static constexpr tutti::bfloat16 round_error() noexcept {
-    return tutti::bfloat16::from_bits(0x3F00);
-  }
-  [[nodiscard]] static constexpr tutti::bfloat16 infinity() noexcept {
-    return tutti::bfloat16::from_bits(0x7F80);
-  }
-  [[nodiscard]] static constexpr tutti::bfloat16 quiet_NaN() noexcept {
-    return tutti::bfloat16::from_bits(0x7FC0);
-  }
-  [[nodiscard]] static constexpr tutti::bfloat16 signaling_NaN() noexcept {
-    return tutti::bfloat16::from_bits(0x7FA0);
-  }
-  /// Smallest positive subnormal value, 2^-133.
-  [[nodiscard]] static constexpr tutti::bfloat16 denorm_min() noexcept {
-    return tutti::bfloat16::from_bits(0x0001);
-  }
-};
+struct std::numeric_limits<tutti::bfloat16>
+    : tutti::detail::float16_limits<tutti::bfloat16, tutti::detail::bfloat16_format, false, 2, 4,
+                                    -37, 38> {};

@@ -219,6 +219,68 @@ class float16_storage {
   std::uint16_t bits_ = 0;
 };
 
+/// `std::numeric_limits` members of a 16-bit float type `T` in `Format`, derived from the
+/// format's fields; the decimal figures (which need logarithms) are passed in.
+template <class T, class Format, bool Iec559, int Digits10, int MaxDigits10, int MinExponent10,
+          int MaxExponent10>
+struct float16_limits {
+  static constexpr bool is_specialized = true;
+  static constexpr bool is_signed = true;
+  static constexpr bool is_integer = false;
+  static constexpr bool is_exact = false;
+  static constexpr bool has_infinity = true;
+  static constexpr bool has_quiet_NaN = true;
+  static constexpr bool has_signaling_NaN = true;
+  static constexpr std::float_denorm_style has_denorm = std::denorm_present;
+  static constexpr bool has_denorm_loss = false;
+  static constexpr std::float_round_style round_style = std::round_to_nearest;
+  static constexpr bool is_iec559 = Iec559;
+  static constexpr bool is_bounded = true;
+  static constexpr bool is_modulo = false;
+  static constexpr int digits = Format::man_bits + 1;
+  static constexpr int digits10 = Digits10;
+  static constexpr int max_digits10 = MaxDigits10;
+  static constexpr int radix = 2;
+  static constexpr int min_exponent = Format::emin + 1;
+  static constexpr int min_exponent10 = MinExponent10;
+  static constexpr int max_exponent = Format::emax + 1;
+  static constexpr int max_exponent10 = MaxExponent10;
+  static constexpr bool traps = false;
+  static constexpr bool tinyness_before = false;
+
+  /// Smallest positive normal value, 2^emin.
+  [[nodiscard]] static constexpr T min() noexcept { return bits(1U << Format::man_bits); }
+  /// Largest finite value.
+  [[nodiscard]] static constexpr T max() noexcept { return bits(max_bits); }
+  /// Most negative finite value.
+  [[nodiscard]] static constexpr T lowest() noexcept { return bits(sign | max_bits); }
+  /// 2^-man_bits, the distance from 1 to the next representable value.
+  [[nodiscard]] static constexpr T epsilon() noexcept {
+    return bits(static_cast<unsigned>(Format::bias - Format::man_bits) << Format::man_bits);
+  }
+  /// 0.5, the largest rounding error of round-to-nearest in units of the last place.
+  [[nodiscard]] static constexpr T round_error() noexcept {
+    return bits(static_cast<unsigned>(Format::bias - 1) << Format::man_bits);
+  }
+  [[nodiscard]] static constexpr T infinity() noexcept { return bits(Format::exp_mask); }
+  [[nodiscard]] static constexpr T quiet_NaN() noexcept {
+    return bits(Format::exp_mask | Format::quiet_bit);
+  }
+  [[nodiscard]] static constexpr T signaling_NaN() noexcept {
+    return bits(Format::exp_mask | (Format::quiet_bit >> 1U));
+  }
+  /// Smallest positive subnormal value, 2^(emin - man_bits).
+  [[nodiscard]] static constexpr T denorm_min() noexcept { return bits(1U); }
+
+ private:
+  static constexpr unsigned sign = 1U << Format::sign_shift;
+  static constexpr unsigned max_bits =
+      (Format::exp_mask - (1U << Format::man_bits)) | Format::man_mask;
+  static constexpr T bits(unsigned b) noexcept {
+    return T::from_bits(static_cast<std::uint16_t>(b));
+  }
+};
+
 }  // namespace detail
 
 /// IEEE 754 binary16 ("half precision") value: 1 sign, 5 exponent and 10 mantissa bits.
@@ -238,62 +300,6 @@ static_assert(sizeof(half) == 2 && std::is_trivially_copyable_v<half>);
 
 /// `std::numeric_limits` for `tutti::half`, following the conventions used for `float`.
 template <>
-struct std::numeric_limits<tutti::half> {
-  static constexpr bool is_specialized = true;
-  static constexpr bool is_signed = true;
-  static constexpr bool is_integer = false;
-  static constexpr bool is_exact = false;
-  static constexpr bool has_infinity = true;
-  static constexpr bool has_quiet_NaN = true;
-  static constexpr bool has_signaling_NaN = true;
-  static constexpr std::float_denorm_style has_denorm = std::denorm_present;
-  static constexpr bool has_denorm_loss = false;
-  static constexpr std::float_round_style round_style = std::round_to_nearest;
-  static constexpr bool is_iec559 = true;
-  static constexpr bool is_bounded = true;
-  static constexpr bool is_modulo = false;
-  static constexpr int digits = 11;
-  static constexpr int digits10 = 3;
-  static constexpr int max_digits10 = 5;
-  static constexpr int radix = 2;
-  static constexpr int min_exponent = -13;
-  static constexpr int min_exponent10 = -4;
-  static constexpr int max_exponent = 16;
-  static constexpr int max_exponent10 = 4;
-  static constexpr bool traps = false;
-  static constexpr bool tinyness_before = false;
-
-  /// Smallest positive normal value, 2^-14.
-  [[nodiscard]] static constexpr tutti::half min() noexcept {
-    return tutti::half::from_bits(0x0400);
-  }
-  /// Largest finite value, 65504.
-  [[nodiscard]] static constexpr tutti::half max() noexcept {
-    return tutti::half::from_bits(0x7BFF);
-  }
-  /// Most negative finite value, -65504.
-  [[nodiscard]] static constexpr tutti::half lowest() noexcept {
-    return tutti::half::from_bits(0xFBFF);
-  }
-  /// 2^-10, the distance from 1 to the next representable value.
-  [[nodiscard]] static constexpr tutti::half epsilon() noexcept {
-    return tutti::half::from_bits(0x1400);
-  }
-  /// 0.5, the largest rounding error of round-to-nearest in units of the last place.
-  [[nodiscard]] static constexpr tutti::half round_error() noexcept {
-    return tutti::half::from_bits(0x3800);
-  }
-  [[nodiscard]] static constexpr tutti::half infinity() noexcept {
-    return tutti::half::from_bits(0x7C00);
-  }
-  [[nodiscard]] static constexpr tutti::half quiet_NaN() noexcept {
-    return tutti::half::from_bits(0x7E00);
-  }
-  [[nodiscard]] static constexpr tutti::half signaling_NaN() noexcept {
-    return tutti::half::from_bits(0x7D00);
-  }
-  /// Smallest positive subnormal value, 2^-24.
-  [[nodiscard]] static constexpr tutti::half denorm_min() noexcept {
-    return tutti::half::from_bits(0x0001);
-  }
-};
+struct std::numeric_limits<tutti::half>
+    : tutti::detail::float16_limits<tutti::half, tutti::detail::binary16_format, true, 3, 5, -4,
+                                    4> {};
