@@ -691,6 +691,18 @@ TEST_CASE_TEMPLATE("float16: block converters do not depend on the rounding mode
   }
 }
 
+/// Random bit patterns, any but NaN: which NaN an operation returns may depend on operand
+/// order, so NaN inputs cannot be compared bit for bit.
+template <class T, class Rng>
+void fill_not_nan(Rng& rng, std::vector<T>& a, std::vector<T>& b) {
+  for (auto* v : {&a, &b})
+    for (T& x : *v) {
+      do {
+        x = T::from_bits(static_cast<std::uint16_t>(rng()));
+      } while (ref<T>::is_nan(x.to_bits()));
+    }
+}
+
 TEST_CASE_TEMPLATE("float16: reduce kernels match element-wise float arithmetic", T, half,
                    bfloat16) {
   using tutti::op_kind;
@@ -703,15 +715,7 @@ TEST_CASE_TEMPLATE("float16: reduce kernels match element-wise float arithmetic"
     CAPTURE(n);
     std::vector<T> a(n);
     std::vector<T> b(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      // Any bit pattern but NaN: which NaN an operation returns may depend on operand order.
-      do {
-        a[i] = T::from_bits(static_cast<std::uint16_t>(rng()));
-      } while (ref<T>::is_nan(a[i].to_bits()));
-      do {
-        b[i] = T::from_bits(static_cast<std::uint16_t>(rng()));
-      } while (ref<T>::is_nan(b[i].to_bits()));
-    }
+    fill_not_nan(rng, a, b);
     const auto check = [&](const d::reducer& r, auto elementwise, const std::string& op) {
       int fails = 0;
       for (const bool in_place : {false, true}) {
@@ -763,14 +767,7 @@ TEST_CASE_TEMPLATE("float16: combine_via_float gives the same bits at every SIMD
   constexpr std::size_t n = 3 * d::via_float_block + 45;
   std::vector<T> a(n);
   std::vector<T> b(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    do {
-      a[i] = T::from_bits(static_cast<std::uint16_t>(rng()));
-    } while (ref<T>::is_nan(a[i].to_bits()));
-    do {
-      b[i] = T::from_bits(static_cast<std::uint16_t>(rng()));
-    } while (ref<T>::is_nan(b[i].to_bits()));
-  }
+  fill_not_nan(rng, a, b);
   for (auto level = d::simd_level::portable; level <= d::supported_simd_level();
        level = static_cast<d::simd_level>(static_cast<int>(level) + 1)) {
     CAPTURE(static_cast<int>(level));
