@@ -16,15 +16,14 @@ tutti_ensure_deps
 tutti_configure_build release || tutti_die "release build failed"
 
 build=build/release
-mapfile -t examples < <(find "$build/examples" -maxdepth 1 -type f -name 'example_*' -perm -u+x 2>/dev/null | sort)
-if ((${#examples[@]} == 0)); then
-  tutti_step "examples: none built"
-else
-  for exe in "${examples[@]}"; do
-    tutti_step "example: $exe"
-    "$exe" || tutti_die "example $exe failed"
-  done
-fi
+# Every examples/<name>.cpp builds <build>/examples/<name>.
+mapfile -t examples < <(find examples -maxdepth 1 -name '*.cpp' -printf '%f\n' | sed 's/\.cpp$//' | sort)
+for name in "${examples[@]}"; do
+  exe="$build/examples/$name"
+  [[ -x "$exe" ]] || tutti_die "example $exe was not built"
+  tutti_step "example: $exe"
+  "$exe" || tutti_die "example $exe failed"
+done
 
 bench="$build/bench/bench_all_reduce"
 [[ -x "$bench" ]] || tutti_die "$bench does not exist (no bench/bench_all_reduce.cpp yet?)"

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -42,6 +43,21 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   /// Takes over `t`, this rank's endpoint. Raises tutti::error(errc::invalid_argument) when
   /// `opts.algo` (TUTTI_ALGO) does not parse.
   explicit communicator(Transport t, const options& opts = {}) : base(std::move(t), opts) {}
+  /// The communicator of the world this process's launcher started (torchrun, mpirun, srun,
+  /// tutti::spawn): rank and size from the environment, rendezvous as the transport defines.
+  [[nodiscard]] static communicator from_env(const options& opts = {})
+    requires requires { Transport::from_env(opts); }
+  {
+    return communicator(Transport::from_env(opts), opts);
+  }
+  /// The communicator of rank `rank` in a world of `size`, meeting through the store an init
+  /// URL names: `env://`, `tcp://host:port` (rank 0 serves it), `file:///path`.
+  [[nodiscard]] static communicator from_url(std::string_view url, int rank, int size,
+                                             const options& opts = {})
+    requires requires { Transport::from_url(url, rank, size, opts); }
+  {
+    return communicator(Transport::from_url(url, rank, size, opts), opts);
+  }
   communicator(communicator&&) noexcept = default;
   communicator& operator=(communicator&&) noexcept = default;
   /// Waits for queued async collectives (each is bounded by its deadline); never throws.

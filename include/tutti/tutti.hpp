@@ -1,7 +1,8 @@
 #pragma once
 /// \file
-/// The umbrella header: core types and ops, the in-process transport, every algorithm policy
-/// and the communicator.
+/// The umbrella header: core types and ops, the in-process and shared-memory transports, every
+/// algorithm policy, the communicator and the bootstrap (launcher environments, stores, init
+/// URLs, tutti::spawn).
 
 #include "tutti/algorithm/automatic.hpp"
 #include "tutti/algorithm/bruck.hpp"
@@ -10,6 +11,12 @@
 #include "tutti/algorithm/recursive_halving.hpp"
 #include "tutti/algorithm/ring.hpp"
 #include "tutti/algorithm/tree.hpp"
+#include "tutti/bootstrap/env.hpp"
+#include "tutti/bootstrap/file_store.hpp"
+#include "tutti/bootstrap/spawn.hpp"
+#include "tutti/bootstrap/store.hpp"
+#include "tutti/bootstrap/tcp_store.hpp"
+#include "tutti/bootstrap/url.hpp"
 #include "tutti/communicator.hpp"
 #include "tutti/core/bfloat16.hpp"
 #include "tutti/core/error.hpp"
@@ -19,5 +26,6 @@
 #include "tutti/core/types.hpp"
 #include "tutti/transport/concepts.hpp"
 #include "tutti/transport/inproc.hpp"
+#include "tutti/transport/shm.hpp"
 #include "tutti/version.hpp"
 #include "tutti/work.hpp"

@@ -36,8 +36,10 @@ template <class T>
 /// Predicted microseconds of policy `p` for collective `k` moving `n` bytes over `ranks`.
 /// `n` is the per-rank vector for all_reduce, reduce, broadcast; the total gathered or
 /// scattered vector for the gathers, scatters, reduce_scatter and all_to_all.
+/// `segment`: the transport has a shared segment, so direct's gather, scatter and all_to_all
+/// copy through it instead of sending point to point.
 [[nodiscard]] inline double predicted_cost(collective k, policy_id pol, double n, int ranks,
-                                           const cost_model& m) noexcept {
+                                           const cost_model& m, bool segment = false) noexcept {
   const double p = ranks, a = m.alpha_us, b = m.beta_us_per_byte, g = m.gamma_us_per_byte;
   const double bs = m.segment_beta_us_per_byte > 0 ? m.segment_beta_us_per_byte : b;
   const double lg = std::ceil(std::log2(p));
@@ -87,7 +89,8 @@ template <class T>
     case collective::gather:
     case collective::scatter:
       if (pol == policy_id::tree) return lg * a + frac * n * b + n * b;
-      if (pol == policy_id::direct) return (p - 1) * a / 2 + frac * n * b;
+      if (pol == policy_id::direct)
+        return segment ? rounds * a + n * bs : (p - 1) * a / 2 + frac * n * b;
       return never;
     case collective::reduce_scatter:
       if (pol == policy_id::ring) return (p - 1) * a + frac * n * (b + g) + 2 * n * b;
@@ -96,7 +99,9 @@ template <class T>
       if (pol == policy_id::direct) return rounds * a + n * bs + n * g;
       return never;
     case collective::all_to_all:
-      if (pol == policy_id::direct) return (p - 1) * a + n * b;
+      if (pol == policy_id::direct)
+        return segment ? std::max(1.0, std::ceil(n / double(512 << 10) * p)) * a + 2 * n * bs
+                       : (p - 1) * a + n * b;
       if (pol == policy_id::bruck) return lg * a + n / 2 * lg * b + 2 * n * b;
       return never;
     case collective::all_gatherv:
@@ -142,7 +147,8 @@ struct automatic {
   template <class Runs>
   [[nodiscard]] static detail::policy_id choose(detail::collective k, std::size_t bytes, int ranks,
                                                 const cost_model& m,
-                                                const detail::algo_table& overrides, Runs&& runs) {
+                                                const detail::algo_table& overrides, Runs&& runs,
+                                                bool segment = false) {
     for (const auto& rule : overrides.rules())
       if ((rule.coll == detail::collective::none || rule.coll == k) && bytes >= rule.lo &&
           bytes < rule.hi && runs(rule.policy))
@@ -152,13 +158,31 @@ struct automatic {
     for (int i = 0; i < static_cast<int>(detail::policy_id::count_); ++i) {
       const auto id = static_cast<detail::policy_id>(i);
       if (!runs(id)) continue;
-      const double cost = detail::predicted_cost(k, id, static_cast<double>(bytes), ranks, m);
+      const double cost =
+          detail::predicted_cost(k, id, static_cast<double>(bytes), ranks, m, segment);
       if (best == detail::policy_id::count_ || cost < best_cost) {
         best = id;
         best_cost = cost;
       }
     }
     return best;
+  }
+
+  /// `pick(bytes)`, remembered per thread for the last (bytes, ranks) of this collective on
+  /// this transport when no overrides apply: a loop of equal calls decides once (without
+  /// overrides the choice is a pure function of those two).
+  template <class T, detail::collective K, class Ctx, class Pick>
+  static detail::policy_id memo(const Ctx& c, std::size_t bytes, Pick&& pick) {
+    if (!c.overrides().empty()) return pick(bytes);
+    struct last_choice {
+      std::size_t bytes = 0;
+      int ranks = 0;
+      detail::policy_id id = detail::policy_id::count_;
+    };
+    thread_local last_choice last;
+    if (last.id == detail::policy_id::count_ || last.bytes != bytes || last.ranks != c.size())
+      last = {bytes, c.size(), pick(bytes)};
+    return last.id;
   }
 
   /// No policy can run this collective on this transport: say so instead of doing nothing.
@@ -168,21 +192,23 @@ struct automatic {
                 "no algorithm policy implements this collective on this transport");
   }
 
-#define TUTTI_AUTOMATIC_DISPATCH(coll, bytes, ...)                                         \
-  using T = typename Ctx::transport_type;                                                  \
-  auto runs = [](detail::policy_id id) {                                                   \
-    return detail::with_policy(id, []<class P>() { return detail::has_##coll<P, T>; });    \
-  };                                                                                       \
-  const auto id = choose(detail::collective::coll, bytes, c.size(), detail::costs_of<T>(), \
-                         c.overrides(), runs);                                             \
-  const bool ran = detail::with_policy(id, [&]<class P>() {                                \
-    if constexpr (detail::has_##coll<P, T>) {                                              \
-      P::coll(c __VA_OPT__(, ) __VA_ARGS__);                                               \
-      return true;                                                                         \
-    } else {                                                                               \
-      return false;                                                                        \
-    }                                                                                      \
-  });                                                                                      \
+#define TUTTI_AUTOMATIC_DISPATCH(coll, bytes, ...)                                             \
+  using T = typename Ctx::transport_type;                                                      \
+  auto runs = [](detail::policy_id id) {                                                       \
+    return detail::with_policy(id, []<class P>() { return detail::has_##coll<P, T>; });        \
+  };                                                                                           \
+  const auto id = memo<T, detail::collective::coll>(c, bytes, [&](std::size_t b) {             \
+    return choose(detail::collective::coll, b, c.size(), detail::costs_of<T>(), c.overrides(), \
+                  runs, shared_segment<T>);                                                    \
+  });                                                                                          \
+  const bool ran = detail::with_policy(id, [&]<class P>() {                                    \
+    if constexpr (detail::has_##coll<P, T>) {                                                  \
+      P::coll(c __VA_OPT__(, ) __VA_ARGS__);                                                   \
+      return true;                                                                             \
+    } else {                                                                                   \
+      return false;                                                                            \
+    }                                                                                          \
+  });                                                                                          \
   if (!ran) no_policy(c)
 
   template <class Ctx>

@@ -2,7 +2,9 @@
 /// \file
 /// tutti::direct: one-step schedules. On transports with a shared segment (inproc, shm):
 /// copy in, reduce a 1/p slice (or all of it, when small), copy out, in rounds that fit the
-/// segment. On any transport: linear gather/scatter and pairwise all-to-all.
+/// segment — for all_reduce, reduce, broadcast, all_gather, reduce_scatter, gather, scatter,
+/// all_to_all and barrier. On any transport: linear gather/scatter, pairwise all-to-all and
+/// the v-variants.
 ///
 /// Rounds alternate the two halves of each slot, so no round needs a trailing barrier: a rank
 /// can only rewrite a half after the next round's barrier, which its peers enter only once
@@ -90,13 +92,54 @@ struct direct {
     } while (at < bytes);
   }
 
+  /// Shared segment: every rank copies its block in, the root copies all blocks out.
+  /// Elsewhere: the root receives from every rank (linear).
   template <class Ctx>
   static void gather(Ctx& c, const std::byte* in, std::byte* out, std::size_t count, int root) {
-    detail::linear_gatherv(c, in, out, detail::equal_offsets(count * c.elem(), c.size()), root);
+    if constexpr (shared_segment<typename Ctx::transport_type>) {
+      auto& t = c.transport();
+      const int p = c.size(), r = c.rank();
+      const std::size_t bytes = count * c.elem(), half = half_bytes(c);
+      std::size_t at = 0;
+      do {
+        const std::size_t n = std::min(half, bytes - at);
+        const std::size_t h = c.next_segment_half() * t.segment_bytes() / 2;
+        if (r != root) detail::copy_bytes(t.segment(r) + h, in + at, n);
+        t.segment_barrier(c.info(), c.deadline());
+        if (r == root)
+          for (int q = 0; q < p; ++q)
+            detail::copy_bytes(out + static_cast<std::size_t>(q) * bytes + at,
+                               q == r ? in + at : t.segment(q) + h, n);
+        at += n;
+      } while (at < bytes);
+    } else {
+      detail::linear_gatherv(c, in, out, detail::equal_offsets(count * c.elem(), c.size()), root);
+    }
   }
+  /// Shared segment: the root copies every rank's block in, each rank copies its own out.
+  /// Elsewhere: the root sends to every rank (linear).
   template <class Ctx>
   static void scatter(Ctx& c, const std::byte* in, std::byte* out, std::size_t count, int root) {
-    detail::linear_scatterv(c, in, out, detail::equal_offsets(count * c.elem(), c.size()), root);
+    if constexpr (shared_segment<typename Ctx::transport_type>) {
+      auto& t = c.transport();
+      const auto p = static_cast<std::size_t>(c.size());
+      const int r = c.rank();
+      const std::size_t e = c.elem(), bytes = count * e;
+      const std::size_t per = std::max<std::size_t>(1, half_bytes(c) / (p * e)) * e;
+      std::size_t at = 0;
+      do {
+        const std::size_t n = std::min(per, bytes - at);
+        const std::size_t h = c.next_segment_half() * t.segment_bytes() / 2;
+        if (r == root)
+          for (std::size_t q = 0; q < p; ++q)
+            detail::copy_bytes(t.segment(root) + h + q * n, in + q * bytes + at, n);
+        t.segment_barrier(c.info(), c.deadline());
+        detail::copy_bytes(out + at, t.segment(root) + h + static_cast<std::size_t>(r) * n, n);
+        at += n;
+      } while (at < bytes);
+    } else {
+      detail::linear_scatterv(c, in, out, detail::equal_offsets(count * c.elem(), c.size()), root);
+    }
   }
   template <class Ctx>
   static void gatherv(Ctx& c, const std::byte* in, std::byte* out,
@@ -108,10 +151,32 @@ struct direct {
                        std::span<const std::size_t> counts, int root) {
     detail::linear_scatterv(c, in, out, detail::count_offsets(c, counts), root);
   }
+  /// Shared segment: each rank copies its p outgoing pieces into its slot, then takes its
+  /// piece from every slot (in place is safe: a round reads and writes the same range).
+  /// Elsewhere: pairwise exchange, p - 1 steps.
   template <class Ctx>
   static void all_to_all(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
-    const auto off = detail::equal_offsets(count * c.elem(), c.size());
-    detail::pairwise_all_to_allv(c, in, off, out, off);
+    if constexpr (shared_segment<typename Ctx::transport_type>) {
+      auto& t = c.transport();
+      const auto p = static_cast<std::size_t>(c.size()), r = static_cast<std::size_t>(c.rank());
+      const std::size_t e = c.elem(), bytes = count * e;
+      const std::size_t per = std::max<std::size_t>(1, half_bytes(c) / (p * e)) * e;
+      std::size_t at = 0;
+      do {
+        const std::size_t n = std::min(per, bytes - at);
+        const std::size_t h = c.next_segment_half() * t.segment_bytes() / 2;
+        std::byte* mine = t.segment(c.rank()) + h;
+        for (std::size_t q = 0; q < p; ++q)
+          detail::copy_bytes(mine + q * n, in + q * bytes + at, n);
+        t.segment_barrier(c.info(), c.deadline());
+        for (std::size_t q = 0; q < p; ++q)
+          detail::copy_bytes(out + q * bytes + at, t.segment(static_cast<int>(q)) + h + r * n, n);
+        at += n;
+      } while (at < bytes);
+    } else {
+      const auto off = detail::equal_offsets(count * c.elem(), c.size());
+      detail::pairwise_all_to_allv(c, in, off, out, off);
+    }
   }
   template <class Ctx>
   static void all_to_allv(Ctx& c, const std::byte* in, std::span<const std::size_t> sc,
@@ -179,19 +244,22 @@ struct direct {
       if (n <= small_round) {
         if (gets_result) fold_slots(c, out + at, h, n);
       } else {
-        // Rank q reduces slice q into its own slot (nobody else reads that slice of it), then
-        // everyone copies the finished slices out.
+        // Rank q reduces slice q (straight into its result, when it gets one) and puts it in
+        // its own slot, where nobody else reads that slice; then everyone copies the finished
+        // slices out.
         const detail::blocks sl{n / e, static_cast<std::size_t>(p)};
-        const std::size_t mo = h + sl.offset(static_cast<std::size_t>(r)) * e;
-        const std::size_t ml = sl.length(static_cast<std::size_t>(r)) * e;
+        const auto ur = static_cast<std::size_t>(r);
+        const std::size_t mo = h + sl.offset(ur) * e;
+        const std::size_t ml = sl.length(ur) * e;
         if (ml != 0) {
-          std::byte* scratch = c.scratch(ml);
-          fold_slots(c, scratch, mo, ml);
-          detail::copy_bytes(t.segment(r) + mo, scratch, ml);
+          std::byte* dst = gets_result ? out + at + sl.offset(ur) * e : c.scratch(ml);
+          fold_slots(c, dst, mo, ml);
+          detail::copy_bytes(t.segment(r) + mo, dst, ml);
         }
         t.segment_barrier(c.info(), c.deadline());
         if (gets_result)
           for (int q = 0; q < p; ++q) {
+            if (q == r) continue;
             const auto uq = static_cast<std::size_t>(q);
             detail::copy_bytes(out + at + sl.offset(uq) * e, t.segment(q) + h + sl.offset(uq) * e,
                                sl.length(uq) * e);

@@ -1,0 +1,350 @@
+#pragma once
+/// \file
+/// Point-to-point messaging over tutti::shm's channels. Each ordered pair of ranks has one
+/// single-producer single-consumer ring per space (collective, p2p). A message is a 64-byte
+/// frame header (sequence number, fingerprint, tag, size) followed by its payload; large
+/// payloads stream through the ring while the receiver drains it, so any size fits.
+///
+/// Posted sends and receives wait in per-peer FIFO queues and advance whenever this rank
+/// waits on anything (`progress`), so two ranks exchanging large messages cannot deadlock.
+/// Collective receives match strictly in order and check the frame's call against their own;
+/// user receives match by tag, in order, buffering frames for tags nobody asked for yet.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tutti/core/reduce.hpp"
+#include "tutti/detail/board.hpp"
+#include "tutti/detail/call.hpp"
+#include "tutti/detail/shm_layout.hpp"
+
+namespace tutti::detail {
+
+/// One posted send or receive.
+struct shm_op {
+  bool is_send = false;
+  space sp = space::collective;
+  int peer = -1;
+  std::uint64_t tag = 0;
+  std::uint64_t seq = 0;
+  fingerprint fp;
+  const std::byte* send_buf = nullptr;
+  std::byte* recv_buf = nullptr;
+  std::size_t bytes = 0;
+  const reducer* fuse = nullptr;  // receive: recv_buf = recv_buf op payload
+  std::size_t moved = 0;          // payload bytes moved so far
+  bool started = false;           // send: frame header written; receive: frame matched
+  bool complete = false;
+  bool failed = false;
+  std::string error;
+};
+
+/// A user message that arrived before a receive with its tag was posted.
+struct shm_unexpected {
+  std::uint64_t tag = 0;
+  std::vector<std::byte> data;
+  std::size_t expected = 0;  // payload size announced by the frame
+};
+
+class shm_channels {
+ public:
+  shm_channels(const shm_view& v, int rank, int size)
+      : v_(v),
+        rank_(rank),
+        size_(size),
+        cap_(v.layout().channel_bytes),
+        peers_(static_cast<std::size_t>(size) * 2) {}
+
+  /// Queues `op` (owned by its request); it advances on the next `progress`.
+  void post(shm_op* op) {
+    auto& pr = peer(op->sp, op->peer);
+    if (op->is_send) {
+      pr.sends.push_back(op);
+    } else if (op->sp == space::p2p && take_unexpected(pr, op)) {
+      return;
+    } else {
+      pr.recvs.push_back(op);
+    }
+    ++pending_;
+    progress();
+  }
+
+  /// Withdraws an incomplete op (its request died unwaited). Returns false when the op had
+  /// already moved part of a message: the channel is then out of step and must not be reused.
+  bool cancel(shm_op* op) noexcept {
+    auto& pr = peer(op->sp, op->peer);
+    auto& q = op->is_send ? pr.sends : pr.recvs;
+    const auto it = std::find(q.begin(), q.end(), op);
+    if (it == q.end()) return true;
+    const bool clean = !op->started;
+    q.erase(it);
+    --pending_;
+    if (!clean && !op->is_send) pr.current = nullptr;
+    return clean;
+  }
+
+  /// Moves whatever can move now on every channel with posted work; rings peers it fed.
+  void progress() {
+    if (pending_ == 0) return;
+    for (int s = 0; s < 2; ++s)
+      for (int q = 0; q < size_; ++q) {
+        auto& pr = peer(static_cast<space>(s), q);
+        if (!pr.sends.empty()) push_sends(static_cast<space>(s), q, pr);
+        if (!pr.recvs.empty()) pull_recvs(static_cast<space>(s), q, pr);
+      }
+  }
+
+  [[nodiscard]] std::size_t pending() const noexcept { return pending_; }
+
+ private:
+  struct peer_state {
+    std::deque<shm_op*> sends;
+    std::deque<shm_op*> recvs;
+    std::list<shm_unexpected> unexpected;  // stable addresses: `buffering` points in
+    std::uint64_t head = 0;                // producer position of the outgoing channel (mirror)
+    std::uint64_t tail = 0;                // consumer position of the incoming channel (mirror)
+    shm_frame frame{};                     // incoming frame being consumed
+    bool in_frame = false;
+    shm_op* current = nullptr;            // receive the frame streams into (null: unexpected)
+    shm_unexpected* buffering = nullptr;  // unexpected frame being buffered
+    std::size_t frame_moved = 0;
+  };
+
+  peer_state& peer(space s, int q) noexcept {
+    return peers_[static_cast<std::size_t>(s) * static_cast<std::size_t>(size_) +
+                  static_cast<std::size_t>(q)];
+  }
+
+  void complete(std::deque<shm_op*>& q, shm_op* op) {
+    op->complete = true;
+    q.pop_front();
+    --pending_;
+  }
+
+  // ---- sending ------------------------------------------------------------------------------
+
+  /// Free bytes in the outgoing ring. Signed: after a frame's padding the producer's position
+  /// may run up to 63 bytes past a full ring until the consumer skips the same padding.
+  [[nodiscard]] std::int64_t room(const peer_state& pr, std::uint64_t tail) const noexcept {
+    return static_cast<std::int64_t>(cap_) - static_cast<std::int64_t>(pr.head - tail);
+  }
+
+  void push_sends(space s, int q, peer_state& pr) {
+    auto& ctl = v_.channel(s, rank_, q);
+    std::byte* ring = v_.ring(s, rank_, q);
+    const std::uint64_t start = pr.head;
+    std::uint64_t tail = ctl.tail.load(std::memory_order_acquire);
+    while (!pr.sends.empty()) {
+      shm_op* op = pr.sends.front();
+      if (!op->started) {
+        if (room(pr, tail) < static_cast<std::int64_t>(sizeof(shm_frame))) {
+          tail = ctl.tail.load(std::memory_order_acquire);
+          if (room(pr, tail) < static_cast<std::int64_t>(sizeof(shm_frame))) break;
+        }
+        shm_frame f{op->seq, op->fp.packed_head(), op->fp.count, op->tag, op->bytes, {}};
+        std::memcpy(ring + pr.head % cap_, &f, sizeof f);
+        pr.head += sizeof f;
+        op->started = true;
+      }
+      while (op->moved < op->bytes) {
+        if (room(pr, tail) <= 0) {
+          tail = ctl.tail.load(std::memory_order_acquire);
+          if (room(pr, tail) <= 0) break;
+        }
+        const auto free = static_cast<std::size_t>(room(pr, tail));
+        const std::size_t at = pr.head % cap_;
+        const std::size_t n = std::min({op->bytes - op->moved, free, cap_ - at});
+        std::memcpy(ring + at, op->send_buf + op->moved, n);
+        op->moved += n;
+        pr.head += n;
+        // Publish as we go so the receiver can drain while we fill.
+        if (op->moved < op->bytes) ctl.head.store(pr.head, std::memory_order_release);
+      }
+      if (op->moved < op->bytes) break;
+      pr.head = round_up(pr.head, sizeof(shm_frame));
+      complete(pr.sends, op);
+    }
+    if (pr.head != start) {
+      ctl.head.store(pr.head, std::memory_order_release);
+      v_.block(q).bell.ring(true);
+    }
+  }
+
+  // ---- receiving ----------------------------------------------------------------------------
+
+  void pull_recvs(space s, int q, peer_state& pr) {
+    auto& ctl = v_.channel(s, q, rank_);
+    const std::byte* ring = v_.ring(s, q, rank_);
+    const std::uint64_t start = pr.tail;
+    std::uint64_t head = ctl.head.load(std::memory_order_acquire);
+    for (;;) {
+      if (!pr.in_frame) {
+        if (pr.recvs.empty() || head - pr.tail < sizeof(shm_frame)) break;
+        std::memcpy(&pr.frame, ring + pr.tail % cap_, sizeof(shm_frame));
+        pr.tail += sizeof(shm_frame);
+        pr.in_frame = true;
+        pr.frame_moved = 0;
+        match(s, q, pr);
+      }
+      // Stream the payload into the matched receive, an unexpected buffer, or nowhere.
+      const std::size_t total = pr.frame.bytes;
+      const std::size_t elem = pr.current && pr.current->fuse ? pr.current->fuse->elem_size : 1;
+      while (pr.frame_moved < total) {
+        std::size_t avail = head - pr.tail;
+        if (avail < elem && avail < total - pr.frame_moved) {
+          head = ctl.head.load(std::memory_order_acquire);
+          avail = head - pr.tail;
+          if (avail < elem && avail < total - pr.frame_moved) break;
+        }
+        const std::size_t at = pr.tail % cap_;
+        std::size_t n = std::min({total - pr.frame_moved, avail, cap_ - at});
+        if (n < total - pr.frame_moved) n -= n % elem;
+        if (n == 0) break;
+        deliver(pr, ring + at, n);
+        pr.frame_moved += n;
+        pr.tail += n;
+        if (pr.frame_moved < total) ctl.tail.store(pr.tail, std::memory_order_release);
+      }
+      if (pr.frame_moved < total) break;
+      pr.tail = round_up(pr.tail, sizeof(shm_frame));
+      finish_frame(pr);
+    }
+    if (pr.tail != start) {
+      ctl.tail.store(pr.tail, std::memory_order_release);
+      v_.block(q).bell.ring(true);
+    }
+  }
+
+  /// Picks the receive the new frame belongs to and checks that it is the expected message.
+  void match(space s, int q, peer_state& pr) {
+    const shm_frame& f = pr.frame;
+    pr.current = nullptr;
+    pr.buffering = nullptr;
+    if (s == space::collective) {
+      shm_op* op = pr.recvs.front();
+      const fingerprint theirs = fingerprint::unpack(f.fp_head, f.fp_count);
+      std::string problem;
+      if (f.seq != op->seq || !(theirs == op->fp)) {
+        problem = f.seq == op->seq
+                      ? mismatch_text(rank_, op->fp, q, theirs)
+                      : "mismatched collective: rank " + std::to_string(rank_) + " is in call #" +
+                            std::to_string(op->seq) + " " + op->fp.describe() + " but rank " +
+                            std::to_string(q) + " sent from call #" + std::to_string(f.seq) + " " +
+                            theirs.describe();
+      } else if (f.bytes != op->bytes) {
+        problem = "message size mismatch: rank " + std::to_string(q) + " sent " +
+                  std::to_string(f.bytes) + " bytes but rank " + std::to_string(rank_) +
+                  " expected " + std::to_string(op->bytes);
+      }
+      if (!problem.empty()) {
+        fail(pr.recvs, op, problem);
+        v_.abort(errc::mismatch, problem);
+        return;  // the payload is skipped
+      }
+      op->started = true;
+      pr.current = op;
+      return;
+    }
+    const auto it = std::find_if(pr.recvs.begin(), pr.recvs.end(),
+                                 [&](const shm_op* o) { return o->tag == f.tag; });
+    if (it == pr.recvs.end()) {
+      pr.unexpected.push_back({f.tag, {}, f.bytes});
+      pr.buffering = &pr.unexpected.back();
+      pr.buffering->data.reserve(f.bytes);
+      return;
+    }
+    shm_op* op = *it;
+    if (f.bytes != op->bytes) {
+      std::string problem = "message size mismatch: rank " + std::to_string(q) + " sent " +
+                            std::to_string(f.bytes) + " bytes with tag " + std::to_string(f.tag) +
+                            " but rank " + std::to_string(rank_) + " expected " +
+                            std::to_string(op->bytes);
+      pr.recvs.erase(it);
+      op->failed = true;
+      op->error = std::move(problem);
+      op->complete = true;
+      --pending_;
+      return;
+    }
+    // Move the matched receive to the front: the frame streams into it until it is done.
+    pr.recvs.erase(it);
+    pr.recvs.push_front(op);
+    op->started = true;
+    pr.current = op;
+  }
+
+  void deliver(peer_state& pr, const std::byte* src, std::size_t n) {
+    if (shm_op* op = pr.current) {
+      std::byte* dst = op->recv_buf + pr.frame_moved;
+      if (op->fuse != nullptr)
+        (*op->fuse)(dst, dst, src, n / op->fuse->elem_size);
+      else
+        std::memcpy(dst, src, n);
+      op->moved += n;
+    } else if (pr.buffering != nullptr) {
+      pr.buffering->data.insert(pr.buffering->data.end(), src, src + n);
+    }
+  }
+
+  void finish_frame(peer_state& pr) {
+    pr.in_frame = false;
+    if (pr.current != nullptr) complete(pr.recvs, pr.current);
+    pr.current = nullptr;
+    if (pr.buffering != nullptr) {
+      // A receive for this tag may have been posted while the frame was still arriving.
+      pr.buffering = nullptr;
+      const std::uint64_t tag = pr.unexpected.back().tag;
+      const auto it = std::find_if(pr.recvs.begin(), pr.recvs.end(),
+                                   [&](const shm_op* o) { return o->tag == tag; });
+      if (it != pr.recvs.end()) {
+        shm_op* op = *it;
+        pr.recvs.erase(it);
+        --pending_;
+        take_unexpected(pr, op);
+      }
+    }
+  }
+
+  void fail(std::deque<shm_op*>& q, shm_op* op, std::string what) {
+    op->failed = true;
+    op->error = std::move(what);
+    complete(q, op);
+  }
+
+  /// A user receive whose message was buffered already: complete it from the buffer.
+  bool take_unexpected(peer_state& pr, shm_op* op) {
+    for (auto it = pr.unexpected.begin(); it != pr.unexpected.end(); ++it) {
+      if (it->tag != op->tag) continue;
+      if (&*it == pr.buffering) return false;  // still arriving: receive it from the ring
+      if (it->data.size() != op->bytes) {
+        op->failed = true;
+        op->error = "message size mismatch: rank " + std::to_string(op->peer) + " sent " +
+                    std::to_string(it->data.size()) + " bytes with tag " + std::to_string(op->tag) +
+                    " but rank " + std::to_string(rank_) + " expected " + std::to_string(op->bytes);
+      } else if (op->bytes != 0) {
+        std::memcpy(op->recv_buf, it->data.data(), op->bytes);
+      }
+      op->moved = op->bytes;
+      op->complete = true;
+      pr.unexpected.erase(it);
+      return true;
+    }
+    return false;
+  }
+
+  shm_view v_;
+  int rank_;
+  int size_;
+  std::size_t cap_;
+  std::vector<peer_state> peers_;
+  std::size_t pending_ = 0;
+};
+
+}  // namespace tutti::detail

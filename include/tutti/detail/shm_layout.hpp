@@ -1,0 +1,180 @@
+#pragma once
+/// \file
+/// The layout of tutti::shm's segment: one POSIX shared-memory object per communicator.
+///
+///   header        magic, geometry, attach count, abort record
+///   rank blocks   per rank: doorbell, pid and state, barrier record, call board
+///   channels      per (space, source, destination): a single-producer ring of framed messages
+///   slots         per rank: the shared segment the direct algorithms copy through
+///
+/// Everything here is standard layout with atomics and integers only: no pointers, since each
+/// process maps the segment at its own address.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "tutti/core/error.hpp"
+#include "tutti/detail/board.hpp"
+#include "tutti/detail/call.hpp"
+#include "tutti/detail/wait.hpp"
+
+namespace tutti::detail {
+
+inline constexpr std::size_t cache_line = 64;
+
+[[nodiscard]] constexpr std::size_t round_up(std::size_t n, std::size_t to) noexcept {
+  return (n + to - 1) / to * to;
+}
+
+/// What a rank is doing with the segment.
+enum class shm_rank_state : std::uint32_t { absent = 0, attached = 1, closed = 2 };
+
+/// A rank's arrival at a segment barrier. Records alternate by generation parity: a rank can
+/// rewrite record g % 2 only in barrier g + 2, which it enters after every peer left barrier g.
+struct alignas(cache_line) shm_barrier_record {
+  std::atomic<std::uint64_t> gen{0};
+  struct entry {
+    std::atomic<std::uint64_t> seq{0};
+    std::atomic<std::uint64_t> head{0};
+    std::atomic<std::uint64_t> count{0};
+  } rec[2];
+};
+
+struct shm_rank_block {
+  alignas(cache_line) doorbell bell;  // rung by peers: written by others, read by the owner
+  alignas(cache_line) std::atomic<std::int32_t> pid{0};
+  std::atomic<std::uint32_t> state{0};  // shm_rank_state
+  shm_barrier_record barrier;           // written by the owner only
+  alignas(cache_line) call_board_row board;
+};
+
+struct shm_header {
+  static constexpr std::uint64_t magic_value = 0x3169747475742d78ull;  // "x-tutti1"
+  static constexpr std::uint32_t layout_version = 1;
+
+  std::atomic<std::uint64_t> magic{0};  // stored last by the creator
+  std::uint32_t version = 0;
+  std::uint32_t ranks = 0;
+  std::uint64_t slot_bytes = 0;
+  std::uint64_t channel_bytes = 0;
+  std::uint64_t total_bytes = 0;
+  alignas(cache_line) std::atomic<std::uint32_t> attached{0};
+  alignas(cache_line) std::atomic<std::uint32_t> abort_state{0};  // 0 none, 1 writing, 2 set
+  std::int32_t abort_code = 0;
+  char abort_what[1024] = {};
+};
+
+/// A message on a channel: this header at a 64-byte-aligned stream position, then `bytes`
+/// of payload, padded to 64 bytes.
+struct shm_frame {
+  std::uint64_t seq;
+  std::uint64_t fp_head;
+  std::uint64_t fp_count;
+  std::uint64_t tag;
+  std::uint64_t bytes;
+  std::uint64_t reserved[3];
+};
+static_assert(sizeof(shm_frame) == cache_line);
+
+/// Producer and consumer positions of one channel (bytes ever written / ever consumed).
+struct shm_channel_ctl {
+  alignas(cache_line) std::atomic<std::uint64_t> head{0};
+  alignas(cache_line) std::atomic<std::uint64_t> tail{0};
+};
+
+/// Offsets of everything in a segment for `ranks` ranks.
+struct shm_layout {
+  std::size_t ranks = 1;
+  std::size_t slot_bytes = 0;
+  std::size_t channel_bytes = 0;  // ring capacity per channel: a power of two, >= 4096
+
+  static constexpr std::size_t page = 4096;
+  [[nodiscard]] static constexpr std::size_t header_bytes() noexcept {
+    return round_up(sizeof(shm_header), page);
+  }
+  [[nodiscard]] static constexpr std::size_t block_bytes() noexcept {
+    return round_up(sizeof(shm_rank_block), cache_line);
+  }
+  [[nodiscard]] std::size_t blocks_offset() const noexcept { return header_bytes(); }
+  [[nodiscard]] std::size_t channels_offset() const noexcept {
+    return round_up(blocks_offset() + ranks * block_bytes(), page);
+  }
+  [[nodiscard]] std::size_t channel_stride() const noexcept {
+    return sizeof(shm_channel_ctl) + channel_bytes;
+  }
+  [[nodiscard]] std::size_t channel_offset(space s, std::size_t src,
+                                           std::size_t dst) const noexcept {
+    return channels_offset() +
+           ((static_cast<std::size_t>(s) * ranks + src) * ranks + dst) * channel_stride();
+  }
+  [[nodiscard]] std::size_t slots_offset() const noexcept {
+    return round_up(channels_offset() + 2 * ranks * ranks * channel_stride(), page);
+  }
+  [[nodiscard]] std::size_t slot_offset(std::size_t r) const noexcept {
+    return slots_offset() + r * slot_bytes;
+  }
+  [[nodiscard]] std::size_t total_bytes() const noexcept { return slot_offset(ranks); }
+};
+
+/// Typed views of a mapped segment.
+class shm_view {
+ public:
+  shm_view() = default;
+  shm_view(std::byte* base, const shm_layout& l) noexcept : base_(base), layout_(l) {}
+
+  [[nodiscard]] shm_header& header() const noexcept {
+    return *reinterpret_cast<shm_header*>(base_);
+  }
+  [[nodiscard]] shm_rank_block& block(int r) const noexcept {
+    return *reinterpret_cast<shm_rank_block*>(base_ + layout_.blocks_offset() +
+                                              static_cast<std::size_t>(r) * layout_.block_bytes());
+  }
+  [[nodiscard]] shm_channel_ctl& channel(space s, int src, int dst) const noexcept {
+    return *reinterpret_cast<shm_channel_ctl*>(base_ + channel_at(s, src, dst));
+  }
+  [[nodiscard]] std::byte* ring(space s, int src, int dst) const noexcept {
+    return base_ + channel_at(s, src, dst) + sizeof(shm_channel_ctl);
+  }
+  [[nodiscard]] std::byte* slot(int r) const noexcept {
+    return base_ + layout_.slot_offset(static_cast<std::size_t>(r));
+  }
+  [[nodiscard]] const shm_layout& layout() const noexcept { return layout_; }
+
+  /// Records why the world failed; the first writer wins. Rings every rank's doorbell.
+  void abort(errc code, const std::string& what) const noexcept {
+    auto& h = header();
+    std::uint32_t expected = 0;
+    if (h.abort_state.compare_exchange_strong(expected, 1)) {
+      h.abort_code = static_cast<std::int32_t>(code);
+      const std::size_t n = std::min(what.size(), sizeof(h.abort_what) - 1);
+      std::memcpy(h.abort_what, what.data(), n);
+      h.abort_what[n] = '\0';
+      h.abort_state.store(2, std::memory_order_release);
+    }
+    for (int r = 0; r < static_cast<int>(layout_.ranks); ++r) block(r).bell.ring(true);
+  }
+  [[nodiscard]] bool aborted() const noexcept {
+    return header().abort_state.load(std::memory_order_acquire) != 0;
+  }
+  /// The abort record; `aborted()` must have been true.
+  [[nodiscard]] std::pair<errc, std::string> abort_reason() const {
+    auto& h = header();
+    for (int i = 0; i < 1000 && h.abort_state.load(std::memory_order_acquire) != 2; ++i)
+      cpu_relax();
+    if (h.abort_state.load(std::memory_order_acquire) != 2)
+      return {errc::aborted, "another rank aborted the communicator"};
+    return {static_cast<errc>(h.abort_code), std::string(h.abort_what)};
+  }
+
+ private:
+  [[nodiscard]] std::size_t channel_at(space s, int src, int dst) const noexcept {
+    return layout_.channel_offset(s, static_cast<std::size_t>(src), static_cast<std::size_t>(dst));
+  }
+  std::byte* base_ = nullptr;
+  shm_layout layout_;
+};
+
+}  // namespace tutti::detail

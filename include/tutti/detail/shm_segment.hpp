@@ -1,0 +1,197 @@
+#pragma once
+/// \file
+/// Creating, attaching and unlinking tutti::shm's POSIX shared-memory object, and watching
+/// the processes that attached to it.
+///
+/// Rank 0 creates the object with mode 0600 under a random 128-bit name and publishes the name
+/// through a rendezvous (a store); the others open it, check its owner, mode and geometry,
+/// and attach. The rank whose attach completes the world unlinks the name at once, so from
+/// then on nothing is left in /dev/shm whatever happens to the processes.
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "tutti/core/error.hpp"
+#include "tutti/detail/shm_layout.hpp"
+#include "tutti/detail/unique_fd.hpp"
+
+namespace tutti::detail {
+
+[[noreturn]] inline void shm_fail(errc code, int rank, const std::string& what) {
+  throw error(code, "", 0, rank, -1, "tutti::shm: " + what);
+}
+[[noreturn]] inline void shm_fail_errno(int rank, const std::string& what, int err) {
+  shm_fail(errc::transport_failure, rank, what + ": " + std::generic_category().message(err));
+}
+
+/// A fresh unguessable object name: "/tutti-" and 32 hex digits from getrandom(2).
+[[nodiscard]] inline std::string shm_random_name(int rank) {
+  unsigned char bytes[16];
+  std::size_t got = 0;
+  while (got < sizeof bytes) {
+    const ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      shm_fail_errno(rank, "getrandom", errno);
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string name = "/tutti-";
+  for (unsigned char b : bytes) {
+    name += hex[b >> 4];
+    name += hex[b & 15];
+  }
+  return name;
+}
+
+/// An mmap'ed segment; unmapped on destruction.
+class shm_mapping {
+ public:
+  shm_mapping() = default;
+  shm_mapping(std::byte* base, std::size_t bytes) noexcept : base_(base), bytes_(bytes) {}
+  shm_mapping(shm_mapping&& o) noexcept
+      : base_(std::exchange(o.base_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  shm_mapping& operator=(shm_mapping&& o) noexcept {
+    if (this != &o) {
+      reset();
+      base_ = std::exchange(o.base_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+  }
+  shm_mapping(const shm_mapping&) = delete;
+  shm_mapping& operator=(const shm_mapping&) = delete;
+  ~shm_mapping() { reset(); }
+
+  [[nodiscard]] std::byte* base() const noexcept { return base_; }
+  [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  void reset() noexcept {
+    if (base_ != nullptr) ::munmap(base_, bytes_);
+    base_ = nullptr;
+  }
+  std::byte* base_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+/// Creates the object `name` for `l` (rank 0), reserves its memory (so a full /dev/shm is an
+/// error now rather than SIGBUS later) and initialises header and rank blocks.
+[[nodiscard]] inline shm_mapping shm_create(const std::string& name, const shm_layout& l) {
+  unique_fd fd(::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (fd.get() < 0) shm_fail_errno(0, "shm_open(" + name + ")", errno);
+  const std::size_t total = l.total_bytes();
+  auto undo = [&](const std::string& what, int err) {
+    ::shm_unlink(name.c_str());
+    shm_fail_errno(0, what, err);
+  };
+  if (::ftruncate(fd.get(), static_cast<off_t>(total)) != 0) undo("ftruncate", errno);
+  if (const int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(total)); err != 0) {
+    ::shm_unlink(name.c_str());
+    shm_fail(errc::transport_failure, 0,
+             "cannot reserve " + std::to_string(total >> 20) + " MiB in /dev/shm (" +
+                 std::generic_category().message(err) +
+                 "): enlarge it (docker run --shm-size) or lower TUTTI_SHM_SLOT_BYTES");
+  }
+  void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (p == MAP_FAILED) undo("mmap", errno);
+  shm_mapping m(static_cast<std::byte*>(p), total);
+  auto* h = new (m.base()) shm_header;
+  h->version = shm_header::layout_version;
+  h->ranks = static_cast<std::uint32_t>(l.ranks);
+  h->slot_bytes = l.slot_bytes;
+  h->channel_bytes = l.channel_bytes;
+  h->total_bytes = total;
+  for (std::size_t r = 0; r < l.ranks; ++r)
+    new (m.base() + l.blocks_offset() + r * shm_layout::block_bytes()) shm_rank_block;
+  for (int s = 0; s < 2; ++s)
+    for (std::size_t a = 0; a < l.ranks; ++a)
+      for (std::size_t b = 0; b < l.ranks; ++b)
+        new (m.base() + l.channel_offset(static_cast<space>(s), a, b)) shm_channel_ctl;
+  h->magic.store(shm_header::magic_value, std::memory_order_release);
+  return m;
+}
+
+/// Opens the object rank 0 created, checks it is ours and made for `ranks` ranks.
+[[nodiscard]] inline std::pair<shm_mapping, shm_layout> shm_attach(const std::string& name,
+                                                                   int rank, int ranks) {
+  if (name.rfind("/tutti-", 0) != 0 || name.size() != 39)
+    shm_fail(errc::transport_failure, rank, "rendezvous returned a malformed segment name");
+  unique_fd fd(::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
+  if (fd.get() < 0) shm_fail_errno(rank, "shm_open(" + name + ")", errno);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) shm_fail_errno(rank, "fstat", errno);
+  if (st.st_uid != ::geteuid() || (st.st_mode & 0777) != 0600)
+    shm_fail(errc::transport_failure, rank,
+             "segment " + name + " is not owned by this user with mode 0600: refusing it");
+  const auto bytes = static_cast<std::size_t>(st.st_size);
+  if (bytes < shm_layout::header_bytes())
+    shm_fail(errc::transport_failure, rank, "segment " + name + " is too small");
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (p == MAP_FAILED) shm_fail_errno(rank, "mmap", errno);
+  shm_mapping m(static_cast<std::byte*>(p), bytes);
+  const auto& h = *reinterpret_cast<const shm_header*>(m.base());
+  shm_layout l{static_cast<std::size_t>(h.ranks), static_cast<std::size_t>(h.slot_bytes),
+               static_cast<std::size_t>(h.channel_bytes)};
+  if (h.magic.load(std::memory_order_acquire) != shm_header::magic_value ||
+      h.version != shm_header::layout_version || h.ranks != static_cast<std::uint32_t>(ranks) ||
+      h.total_bytes != bytes || l.total_bytes() != bytes)
+    shm_fail(errc::transport_failure, rank,
+             "segment " + name + " was made for another world (" + std::to_string(h.ranks) +
+                 " ranks, layout version " + std::to_string(h.version) + "; this rank expects " +
+                 std::to_string(ranks) + " ranks, version " +
+                 std::to_string(shm_header::layout_version) + ")");
+  return {std::move(m), l};
+}
+
+/// Watches peer processes: a pidfd per peer (readable once the process has exited), or
+/// kill(pid, 0) where pidfds are unavailable.
+class shm_watch {
+ public:
+  shm_watch() = default;
+  explicit shm_watch(std::vector<std::int32_t> pids) : pids_(std::move(pids)) {
+    for (auto pid : pids_) {
+      int fd = -1;
+#if defined(SYS_pidfd_open)
+      if (pid > 0) fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#endif
+      if (fd >= 0) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+      fds_.emplace_back(fd);
+    }
+  }
+
+  /// Whether peer `r`'s process has exited (or was never there).
+  [[nodiscard]] bool gone(int r) const noexcept {
+    const auto i = static_cast<std::size_t>(r);
+    if (i >= pids_.size() || pids_[i] <= 0) return false;
+    if (fds_[i].get() >= 0) {
+      pollfd p{fds_[i].get(), POLLIN, 0};
+      return ::poll(&p, 1, 0) > 0;
+    }
+    return ::kill(pids_[i], 0) != 0 && errno == ESRCH;
+  }
+
+ private:
+  std::vector<std::int32_t> pids_;
+  std::vector<unique_fd> fds_;
+};
+
+}  // namespace tutti::detail

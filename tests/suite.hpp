@@ -1,0 +1,330 @@
+#pragma once
+// The collective suite: every collective x every policy that implements it x counts {0, 1,
+// fewer than the world size, odd, >= 1M} x every element type x every op it admits x in place
+// and out of place, against references computed in double. `run_suite<P>(comm, f)` runs the
+// whole sweep on one communicator of any transport; test_collectives.cpp runs it on inproc
+// (threads), test_shm.cpp across processes.
+
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "harness.hpp"
+
+namespace suite {
+
+using namespace harness;
+
+/// Collects the first failures; thread-safe (inproc ranks share one).
+struct failures {
+  std::mutex mu;
+  std::vector<std::string> first;
+  std::atomic<long> count{0};
+  void add(const std::string& what) {
+    if (count.fetch_add(1) < 5) {
+      std::lock_guard lock(mu);
+      first.push_back(what);
+    }
+  }
+  /// Everything recorded, one line each.
+  [[nodiscard]] std::string text() {
+    std::lock_guard lock(mu);
+    std::string all;
+    for (auto& f : first) all += f + "\n";
+    return all;
+  }
+};
+
+template <class T>
+std::string tname() {
+  return std::string{tutti::name(tutti::dtype_of<T>)};
+}
+
+std::vector<std::size_t> counts_for(int p) {
+  std::vector<std::size_t> c{0, 1, 37};
+  if (p > 2) c.push_back(static_cast<std::size_t>(p - 1));  // fewer than the world size
+  return c;
+}
+
+bool large_here(int p) { return !sanitized || p == 2 || p == 5 || p == 8; }
+
+template <class T>
+constexpr bool large_type = std::is_same_v<T, float> || std::is_same_v<T, std::int32_t> ||
+                            std::is_same_v<T, tutti::half> || std::is_same_v<T, double>;
+
+// ---- reducing collectives ------------------------------------------------------------------
+
+template <class T, class Op, class Comm>
+void all_reduce_case(Comm& comm, failures& f, std::size_t n, bool in_place) {
+  constexpr auto k = Op::kind;
+  const int p = comm.size(), r = comm.rank();
+  buffer<T> in(n), out(n, to<T>(0));
+  for (std::size_t i = 0; i < n; ++i) in[i] = to<T>(input<T>(k, r, i));
+  if (in_place)
+    comm.all_reduce(std::span<T>(in), Op{});
+  else
+    comm.all_reduce(std::span<const T>(in), std::span<T>(out), Op{});
+  const auto& res = in_place ? in : out;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!matches<T>(k, res[i], reference<T>(k, p, i))) {
+      f.add("all_reduce " + tname<T>() + " " + std::string{tutti::name(k)} +
+            " p=" + std::to_string(p) + " n=" + std::to_string(n) + " rank " + std::to_string(r) +
+            " i=" + std::to_string(i) + (in_place ? " in place" : ""));
+      return;
+    }
+    if (!in_place && from(in[i]) != from(to<T>(input<T>(k, r, i)))) {
+      f.add("all_reduce changed its input");
+      return;
+    }
+  }
+}
+
+template <class T, class Op, class Comm>
+void reduce_case(Comm& comm, failures& f, std::size_t n, bool in_place) {
+  constexpr auto k = Op::kind;
+  const int p = comm.size(), r = comm.rank(),
+            root = static_cast<int>(n % static_cast<std::size_t>(p));
+  buffer<T> in(n), out(r == root ? n : 0, to<T>(0));
+  for (std::size_t i = 0; i < n; ++i) in[i] = to<T>(input<T>(k, r, i));
+  if (in_place)
+    comm.reduce(std::span<T>(in), Op{}, root);
+  else
+    comm.reduce(std::span<const T>(in), std::span<T>(out), Op{}, root);
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool ok = r == root ? matches<T>(k, (in_place ? in : out)[i], reference<T>(k, p, i))
+                              : from(in[i]) == from(to<T>(input<T>(k, r, i)));
+    if (!ok) {
+      f.add("reduce " + tname<T>() + " " + std::string{tutti::name(k)} + " p=" + std::to_string(p) +
+            " n=" + std::to_string(n) + " rank " + std::to_string(r) + " i=" + std::to_string(i));
+      return;
+    }
+  }
+}
+
+template <class T, class Op, class Comm>
+void reduce_scatter_case(Comm& comm, failures& f, std::size_t n, bool in_place) {
+  constexpr auto k = Op::kind;
+  const int p = comm.size(), r = comm.rank();
+  const std::size_t total = n * static_cast<std::size_t>(p), mine = n * static_cast<std::size_t>(r);
+  buffer<T> in(total), out(n, to<T>(0));
+  for (std::size_t i = 0; i < total; ++i) in[i] = to<T>(input<T>(k, r, i));
+  if (in_place)
+    comm.reduce_scatter(std::span<T>(in), Op{});
+  else
+    comm.reduce_scatter(std::span<const T>(in), std::span<T>(out), Op{});
+  for (std::size_t i = 0; i < n; ++i) {
+    const T got = in_place ? in[mine + i] : out[i];
+    if (!matches<T>(k, got, reference<T>(k, p, mine + i))) {
+      f.add("reduce_scatter " + tname<T>() + " " + std::string{tutti::name(k)} +
+            " p=" + std::to_string(p) + " n=" + std::to_string(n) + " rank " + std::to_string(r));
+      return;
+    }
+  }
+}
+
+template <class P, class T, class Op, class Comm>
+void reducing_sweep(Comm& comm, failures& f) {
+  using tr = typename Comm::transport_type;
+  for (std::size_t n : counts_for(comm.size()))
+    for (bool in_place : {false, true}) {
+      if constexpr (tutti::detail::has_all_reduce<P, tr>)
+        all_reduce_case<T, Op>(comm, f, n, in_place);
+      if constexpr (tutti::detail::has_reduce<P, tr>) reduce_case<T, Op>(comm, f, n, in_place);
+      if constexpr (tutti::detail::has_reduce_scatter<P, tr>)
+        reduce_scatter_case<T, Op>(comm, f, n, in_place);
+    }
+}
+
+// ---- data-movement collectives ---------------------------------------------------------------
+
+template <class T, class Comm>
+void broadcast_case(Comm& comm, failures& f, std::size_t n) {
+  const int p = comm.size(), r = comm.rank(),
+            root = static_cast<int>((n + 1) % static_cast<std::size_t>(p));
+  buffer<T> buf(n);
+  for (std::size_t i = 0; i < n; ++i) buf[i] = r == root ? datum<T>(root, i) : datum<T>(99, i + 1);
+  comm.broadcast(std::span<T>(buf), root);
+  for (std::size_t i = 0; i < n; ++i)
+    if (from(buf[i]) != from(datum<T>(root, i))) {
+      f.add("broadcast " + tname<T>() + " p=" + std::to_string(p) + " n=" + std::to_string(n));
+      return;
+    }
+}
+
+template <class T, class Comm>
+void all_gather_case(Comm& comm, failures& f, std::size_t n, bool in_place) {
+  const int p = comm.size(), r = comm.rank();
+  const auto up = static_cast<std::size_t>(p), ur = static_cast<std::size_t>(r);
+  buffer<T> in(n), out(n * up, datum<T>(99, 0));
+  for (std::size_t i = 0; i < n; ++i) in[i] = datum<T>(r, i);
+  if (in_place) {
+    for (std::size_t i = 0; i < n; ++i) out[ur * n + i] = in[i];
+    comm.all_gather(std::span<T>(out));
+  } else {
+    comm.all_gather(std::span<const T>(in), std::span<T>(out));
+  }
+  for (std::size_t q = 0; q < up; ++q)
+    for (std::size_t i = 0; i < n; ++i)
+      if (from(out[q * n + i]) != from(datum<T>(static_cast<int>(q), i))) {
+        f.add("all_gather " + tname<T>() + " p=" + std::to_string(p) + " n=" + std::to_string(n));
+        return;
+      }
+}
+
+template <class T, class Comm>
+void gather_scatter_case(Comm& comm, failures& f, std::size_t n) {
+  const int p = comm.size(), r = comm.rank(),
+            root = static_cast<int>((n + 2) % static_cast<std::size_t>(p));
+  const auto up = static_cast<std::size_t>(p);
+  buffer<T> in(n), all(r == root ? n * up : 0, datum<T>(99, 0));
+  for (std::size_t i = 0; i < n; ++i) in[i] = datum<T>(r, i);
+  comm.gather(std::span<const T>(in), std::span<T>(all), root);
+  if (r == root)
+    for (std::size_t q = 0; q < up; ++q)
+      for (std::size_t i = 0; i < n; ++i)
+        if (from(all[q * n + i]) != from(datum<T>(static_cast<int>(q), i))) {
+          f.add("gather " + tname<T>() + " p=" + std::to_string(p) + " n=" + std::to_string(n));
+          return;
+        }
+  // Scatter it back: everyone must get its own block again.
+  buffer<T> back(n, datum<T>(98, 0));
+  comm.scatter(std::span<const T>(all), std::span<T>(back), root);
+  for (std::size_t i = 0; i < n; ++i)
+    if (from(back[i]) != from(datum<T>(r, i))) {
+      f.add("scatter " + tname<T>() + " p=" + std::to_string(p) + " n=" + std::to_string(n));
+      return;
+    }
+}
+
+template <class T, class Comm>
+void all_to_all_case(Comm& comm, failures& f, std::size_t n, bool in_place) {
+  const int p = comm.size(), r = comm.rank();
+  const auto up = static_cast<std::size_t>(p);
+  buffer<T> in(n * up), out(n * up, datum<T>(99, 0));
+  for (std::size_t q = 0; q < up; ++q)
+    for (std::size_t i = 0; i < n; ++i) in[q * n + i] = datum<T>(r * 8 + static_cast<int>(q), i);
+  if (in_place) {
+    out = in;
+    comm.all_to_all(std::span<T>(out));
+  } else {
+    comm.all_to_all(std::span<const T>(in), std::span<T>(out));
+  }
+  for (std::size_t q = 0; q < up; ++q)
+    for (std::size_t i = 0; i < n; ++i)
+      if (from(out[q * n + i]) != from(datum<T>(static_cast<int>(q) * 8 + r, i))) {
+        f.add("all_to_all " + tname<T>() + " p=" + std::to_string(p) + " n=" + std::to_string(n) +
+              (in_place ? " in place" : ""));
+        return;
+      }
+}
+
+/// Per-rank counts for the v-variants: uneven, with zeros, summing to about p * n.
+std::vector<std::size_t> v_counts(int p, std::size_t n, int salt) {
+  std::vector<std::size_t> c(static_cast<std::size_t>(p));
+  for (int q = 0; q < p; ++q)
+    c[static_cast<std::size_t>(q)] =
+        (q + salt) % 3 == 0 ? 0 : n + static_cast<std::size_t>((q * 7 + salt) % 5);
+  return c;
+}
+
+template <class T, class Comm>
+void vector_case(Comm& comm, failures& f, std::size_t n) {
+  const int p = comm.size(), r = comm.rank();
+  const auto up = static_cast<std::size_t>(p), ur = static_cast<std::size_t>(r);
+  const auto counts = v_counts(p, n, 1);
+  const auto off = tutti::detail::prefix_offsets(counts);
+  const std::size_t total = off.back();
+  const int root = static_cast<int>(n % up);
+  auto fail = [&](const char* what) {
+    f.add(std::string{what} + " " + tname<T>() + " p=" + std::to_string(p) +
+          " n=" + std::to_string(n));
+  };
+  buffer<T> in(counts[ur]);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = datum<T>(r, i);
+
+  buffer<T> all(total, datum<T>(99, 0));
+  comm.all_gatherv(std::span<const T>(in), std::span<T>(all), std::span<const std::size_t>(counts));
+  for (std::size_t q = 0; q < up; ++q)
+    for (std::size_t i = 0; i < counts[q]; ++i)
+      if (from(all[off[q] + i]) != from(datum<T>(static_cast<int>(q), i)))
+        return fail("all_gatherv");
+
+  buffer<T> g(r == root ? total : 0, datum<T>(99, 0));
+  comm.gatherv(std::span<const T>(in), std::span<T>(g), std::span<const std::size_t>(counts), root);
+  if (r == root && g != all) return fail("gatherv");
+
+  buffer<T> s(counts[ur], datum<T>(98, 0));
+  comm.scatterv(std::span<const T>(r == root ? all : buffer<T>{}), std::span<T>(s),
+                std::span<const std::size_t>(counts), root);
+  if (s != in) return fail("scatterv");
+
+  // all_to_allv: rank r sends sc[q] = (r + 2q + n) % 4 elements to q.
+  std::vector<std::size_t> sc(up), rc(up);
+  for (std::size_t q = 0; q < up; ++q) {
+    sc[q] = (ur + 2 * q + n) % 4;
+    rc[q] = (q + 2 * ur + n) % 4;
+  }
+  const auto so = tutti::detail::prefix_offsets(sc), ro = tutti::detail::prefix_offsets(rc);
+  buffer<T> a(so.back()), b(ro.back(), datum<T>(99, 0));
+  for (std::size_t q = 0; q < up; ++q)
+    for (std::size_t i = 0; i < sc[q]; ++i) a[so[q] + i] = datum<T>(r * 8 + static_cast<int>(q), i);
+  comm.all_to_allv(std::span<const T>(a), std::span<const std::size_t>(sc), std::span<T>(b),
+                   std::span<const std::size_t>(rc));
+  for (std::size_t q = 0; q < up; ++q)
+    for (std::size_t i = 0; i < rc[q]; ++i)
+      if (from(b[ro[q] + i]) != from(datum<T>(static_cast<int>(q) * 8 + r, i)))
+        return fail("all_to_allv");
+}
+
+template <class P, class T, class Comm>
+void moving_sweep(Comm& comm, failures& f) {
+  using tr = typename Comm::transport_type;
+  for (std::size_t n : counts_for(comm.size())) {
+    if constexpr (tutti::detail::has_broadcast<P, tr>) broadcast_case<T>(comm, f, n);
+    if constexpr (tutti::detail::has_gather<P, tr> && tutti::detail::has_scatter<P, tr>)
+      gather_scatter_case<T>(comm, f, n);
+    if constexpr (tutti::detail::has_all_gatherv<P, tr> && tutti::detail::has_gatherv<P, tr> &&
+                  tutti::detail::has_scatterv<P, tr> && tutti::detail::has_all_to_allv<P, tr>)
+      vector_case<T>(comm, f, n);
+    for (bool in_place : {false, true}) {
+      if constexpr (tutti::detail::has_all_gather<P, tr>) all_gather_case<T>(comm, f, n, in_place);
+      if constexpr (tutti::detail::has_all_to_all<P, tr>) all_to_all_case<T>(comm, f, n, in_place);
+    }
+  }
+  if constexpr (tutti::detail::has_barrier<P, tr>) comm.barrier();
+}
+
+/// The whole sweep on `comm`, for policy P (which must be comm's algorithm).
+template <class P, class Comm>
+void run_suite(Comm& comm, failures& f) {
+  using tr = typename Comm::transport_type;
+  for_each_type<all_types>([&]<class T>() {
+    moving_sweep<P, T>(comm, f);
+    for_each_type<all_ops>([&]<class Op>() {
+      if constexpr (tutti::reducible<Op, T>) reducing_sweep<P, T, Op>(comm, f);
+    });
+  });
+  if (large_here(comm.size())) {
+    for_each_type<all_types>([&]<class T>() {
+      if constexpr (large_type<T>) {
+        for (bool in_place : {false, true}) {
+          if constexpr (tutti::detail::has_all_reduce<P, tr>)
+            all_reduce_case<T, tutti::sum_t>(comm, f, large_count + 3, in_place);
+          if constexpr (tutti::detail::has_reduce_scatter<P, tr>)
+            reduce_scatter_case<T, tutti::sum_t>(comm, f, large_count / 8 + 1, in_place);
+          if constexpr (tutti::detail::has_all_gather<P, tr>)
+            all_gather_case<T>(comm, f, large_count / 8 + 1, in_place);
+        }
+        if constexpr (tutti::detail::has_reduce<P, tr>)
+          reduce_case<T, tutti::sum_t>(comm, f, large_count + 1, false);
+        if constexpr (tutti::detail::has_broadcast<P, tr>)
+          broadcast_case<T>(comm, f, large_count + 5);
+      }
+    });
+  }
+}
+
+}  // namespace suite

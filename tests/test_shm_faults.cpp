@@ -1,0 +1,365 @@
+// tutti::shm across real processes when things go wrong: a rank killed with SIGKILL in a loop
+// of all_reduces (the others raise peer_lost naming it within 1 s; nothing is left in /dev/shm
+// or in the process table), mismatched calls, timeouts, point-to-point traffic larger than a
+// channel in both directions at once, and the segment's name, owner and mode.
+//
+// Ranks are forked by hand (not tutti::spawn, which would stop the survivors as soon as one
+// rank dies) and meet through a file:// store in a fresh directory.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <new>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include <tutti/tutti.hpp>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+long long now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now().time_since_epoch())
+      .count();
+}
+
+/// What the ranks tell the test, in memory shared across fork.
+struct report {
+  std::atomic<long long> died_ns{0};
+  std::atomic<int> pids[8] = {};
+  std::atomic<int> kind[8] = {};  // tutti::errc of the error caught, 0 for none
+  std::atomic<int> peer[8] = {};
+  std::atomic<long long> caught_ns[8] = {};
+  char segment[64] = {};
+};
+
+class shared_report {
+ public:
+  shared_report() {
+    void* p =
+        mmap(nullptr, sizeof(report), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(p != MAP_FAILED);
+    r_ = new (p) report;
+  }
+  shared_report(const shared_report&) = delete;
+  shared_report& operator=(const shared_report&) = delete;
+  ~shared_report() { munmap(r_, sizeof(report)); }
+  report* operator->() const noexcept { return r_; }
+
+ private:
+  report* r_;
+};
+
+/// A fresh directory for one world's file store, removed afterwards.
+class temp_dir {
+ public:
+  temp_dir() {
+    std::string t = (std::filesystem::temp_directory_path() / "tutti-test-XXXXXX").string();
+    REQUIRE(mkdtemp(t.data()) != nullptr);
+    path_ = t;
+  }
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+  ~temp_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  [[nodiscard]] std::string url(const std::string& name = "store") const {
+    return "file://" + path_ + "/" + name;
+  }
+
+ private:
+  std::string path_;
+};
+
+/// Forks n ranks running body(rank); returns their wait statuses. Any rank still running after
+/// `limit` is killed (and the test fails on its status).
+std::vector<int> run_ranks(int n, const std::function<int(int)>& body,
+                           std::chrono::seconds limit = std::chrono::seconds(60)) {
+  std::fflush(nullptr);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      int code = 99;
+      try {
+        code = body(r);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: unexpected exception: %s\n", r, e.what());
+        code = 98;
+      }
+      std::fflush(nullptr);
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> status(static_cast<std::size_t>(n), -1);
+  const auto deadline = clock_type::now() + limit;
+  std::size_t left = pids.size();
+  while (left > 0) {
+    for (std::size_t i = 0; i < pids.size(); ++i) {
+      if (status[i] != -1) continue;
+      int st = 0;
+      if (waitpid(pids[i], &st, WNOHANG) == pids[i]) {
+        status[i] = st;
+        --left;
+      }
+    }
+    if (left > 0 && clock_type::now() > deadline)
+      for (std::size_t i = 0; i < pids.size(); ++i)
+        if (status[i] == -1) kill(pids[i], SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return status;
+}
+
+bool exited_with(int status, int code) { return WIFEXITED(status) && WEXITSTATUS(status) == code; }
+
+template <class Fn>
+int expect_error(report* rep, int rank, Fn&& fn) {
+  try {
+    fn();
+  } catch (const tutti::error& e) {
+    rep->caught_ns[rank] = now_ns();
+    rep->kind[rank] = static_cast<int>(e.kind());
+    rep->peer[rank] = e.peer();
+    return 0;
+  }
+  return 1;  // no error: the test fails on this exit code
+}
+
+}  // namespace
+
+TEST_CASE("a rank killed during all_reduces: the others raise naming it within 1 s") {
+  for (int n : {2, 4, 8}) {
+    CAPTURE(n);
+    const int victim = n - 1;
+    shared_report rep;
+    temp_dir dir;
+    const auto status = run_ranks(n, [&](int r) {
+      auto comm = tutti::communicator<tutti::shm>::from_url(dir.url(), r, n);
+      rep->pids[r] = getpid();
+      if (r == 0) {
+        const auto& name = comm.transport().segment_name();
+        std::memcpy(rep->segment, name.data(), std::min(name.size(), sizeof(rep->segment) - 1));
+      }
+      std::vector<float> v(4096, 1.0f);
+      return expect_error(rep.operator->(), r, [&] {
+        for (int i = 0;; ++i) {
+          if (r == victim && i == 300) {
+            rep->died_ns = now_ns();
+            raise(SIGKILL);
+          }
+          comm.all_reduce(std::span<float>(v), tutti::max);
+        }
+      });
+    });
+    CHECK(WIFSIGNALED(status[static_cast<std::size_t>(victim)]));
+    for (int r = 0; r < n; ++r) {
+      if (r == victim) continue;
+      CAPTURE(r);
+      CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
+      CHECK(rep->kind[r] == static_cast<int>(tutti::errc::peer_lost));
+      CHECK(rep->peer[r] == victim);
+      const double seconds = double(rep->caught_ns[r] - rep->died_ns) * 1e-9;
+      CHECK(seconds >= 0.0);
+      CHECK(seconds < 1.0);
+    }
+    // Nothing left behind: the segment was unlinked when the world formed, every rank is gone.
+    CHECK(std::string(rep->segment).rfind("/tutti-", 0) == 0);
+    CHECK_FALSE(std::filesystem::exists("/dev/shm" + std::string(rep->segment)));
+    for (int r = 0; r < n; ++r) CHECK((kill(rep->pids[r], 0) == -1 && errno == ESRCH));
+  }
+}
+
+TEST_CASE("spawn: a rank killed during all_reduces stops the job, nothing is left running") {
+  shared_report rep;
+  const int rc = tutti::spawn(4, [&] {
+    auto comm = tutti::communicator<tutti::shm>::from_env();
+    rep->pids[comm.rank()] = getpid();
+    if (comm.rank() == 0) {
+      const auto& name = comm.transport().segment_name();
+      std::memcpy(rep->segment, name.data(), std::min(name.size(), sizeof(rep->segment) - 1));
+    }
+    std::vector<double> v(1000, 1.0);
+    for (int i = 0;; ++i) {
+      if (comm.rank() == 2 && i == 100) raise(SIGKILL);
+      comm.all_reduce(std::span<double>(v), tutti::max);
+    }
+  });
+  // Whichever failure spawn sees first: rank 2's SIGKILL (137) or a survivor exiting with 1
+  // after raising peer_lost — often the survivors are faster than spawn's reaper.
+  CHECK((rc == 128 + SIGKILL || rc == 1));
+  CHECK_FALSE(std::filesystem::exists("/dev/shm" + std::string(rep->segment)));
+  for (int r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    CHECK(rep->pids[r] > 0);
+    CHECK((kill(rep->pids[r], 0) == -1 && errno == ESRCH));
+  }
+}
+
+TEST_CASE("the segment: mode 0600, a random name, gone from /dev/shm once all attached") {
+  temp_dir dir;
+  const std::string url = dir.url();
+  // This process is rank 1 and attaches only after inspecting the segment rank 0 made.
+  const auto before = [] {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+      names.push_back(e.path().filename().string());
+    return names;
+  }();
+  std::fflush(nullptr);
+  const pid_t rank0 = fork();
+  REQUIRE(rank0 >= 0);
+  if (rank0 == 0) {
+    int code = 1;
+    try {
+      auto comm = tutti::communicator<tutti::shm>::from_url(url, 0, 2);
+      std::vector<int> v{1, 2, 3};
+      comm.all_reduce(std::span<int>(v), tutti::sum);
+      code = v == std::vector<int>{3, 6, 9} ? 0 : 2;
+    } catch (...) {
+    }
+    _exit(code);
+  }
+  // Find rank 0's new segment in /dev/shm.
+  std::string seg;
+  for (int i = 0; i < 5000 && seg.empty(); ++i) {
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+      const auto name = e.path().filename().string();
+      if (name.rfind("tutti-", 0) == 0 &&
+          std::find(before.begin(), before.end(), name) == before.end())
+        seg = name;
+    }
+    if (seg.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  REQUIRE_FALSE(seg.empty());
+  struct stat st {};
+  REQUIRE(stat(("/dev/shm/" + seg).c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  CHECK(st.st_uid == geteuid());
+  CHECK(seg.size() == 6 + 32);
+  CHECK(seg.find_first_not_of("0123456789abcdef", 6) == std::string::npos);
+  {
+    auto comm = tutti::communicator<tutti::shm>::from_url(url, 1, 2);
+    CHECK("/" + seg == comm.transport().segment_name());
+    CHECK_FALSE(std::filesystem::exists("/dev/shm/" + seg));  // unlinked once both attached
+    std::vector<int> v{2, 4, 6};
+    comm.all_reduce(std::span<int>(v), tutti::sum);
+    CHECK(v == std::vector<int>{3, 6, 9});
+  }
+  int status = 0;
+  REQUIRE(waitpid(rank0, &status, 0) == rank0);
+  CHECK(exited_with(status, 0));
+}
+
+TEST_CASE("mismatched calls across processes raise on every rank, naming both sides") {
+  shared_report rep;
+  temp_dir dir;
+  const auto status = run_ranks(3, [&](int r) {
+    auto comm = tutti::communicator<tutti::shm>::from_url(dir.url(), r, 3);
+    std::vector<float> v(r == 1 ? 11 : 10, 1.0f);
+    return expect_error(rep.operator->(), r,
+                        [&] { comm.all_reduce(std::span<float>(v), tutti::sum); });
+  });
+  for (int r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
+    CHECK(rep->kind[r] == static_cast<int>(tutti::errc::mismatch));
+  }
+}
+
+TEST_CASE("a rank that never calls: the others time out at their deadline") {
+  shared_report rep;
+  temp_dir dir;
+  const auto status = run_ranks(2, [&](int r) {
+    tutti::options opts;
+    opts.timeout = std::chrono::milliseconds(300);
+    auto comm = tutti::communicator<tutti::shm>::from_url(dir.url(), r, 2, opts);
+    if (r == 1) {  // stays alive but never calls, until rank 0 is done
+      while (rep->kind[0] == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return 0;
+    }
+    std::vector<int> v(5, 1);
+    const auto t0 = clock_type::now();
+    const int rc = expect_error(rep.operator->(), r, [&] { comm.broadcast(std::span<int>(v), 1); });
+    const auto waited = clock_type::now() - t0;
+    return rc == 0 && waited >= std::chrono::milliseconds(300) && waited < std::chrono::seconds(5)
+               ? 0
+               : 1;
+  });
+  CHECK(exited_with(status[0], 0));
+  CHECK(exited_with(status[1], 0));
+  CHECK(rep->kind[0] == static_cast<int>(tutti::errc::timeout));
+}
+
+TEST_CASE("send/recv across processes: tags out of order, messages larger than a channel") {
+  temp_dir dir;
+  const auto status = run_ranks(2, [&](int r) {
+    auto comm = tutti::communicator<tutti::shm>::from_url(dir.url(), r, 2);
+    const int peer = 1 - r;
+    // 3 MiB each way, far over a 64 KiB ring: the send streams while the receiver drains.
+    const std::size_t big = std::size_t{3} << 20;
+    std::vector<std::uint32_t> out(big / 4), in(big / 4, 0);
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::uint32_t>(i * 7 + r);
+    if (r == 0) {
+      comm.send(std::span<const std::uint32_t>(out), peer, 1);
+      comm.recv(std::span<std::uint32_t>(in), peer, 1);
+    } else {
+      comm.recv(std::span<std::uint32_t>(in), peer, 1);
+      comm.send(std::span<const std::uint32_t>(out), peer, 1);
+    }
+    for (std::size_t i = 0; i < in.size(); ++i)
+      if (in[i] != static_cast<std::uint32_t>(i * 7 + static_cast<std::size_t>(peer))) return 2;
+    // Tags: rank 0 sends tags 5, 6, 7; rank 1 receives 7, 5, 6.
+    if (r == 0) {
+      for (int t : {5, 6, 7}) {
+        std::vector<int> m(100 + static_cast<std::size_t>(t), t);
+        comm.send(std::span<const int>(m), 1, static_cast<std::uint64_t>(t));
+      }
+    } else {
+      for (int t : {7, 5, 6}) {
+        std::vector<int> m(100 + static_cast<std::size_t>(t), 0);
+        comm.recv(std::span<int>(m), 0, static_cast<std::uint64_t>(t));
+        for (int x : m)
+          if (x != t) return 3;
+      }
+    }
+    // A size mismatch is an error, not a silent truncation.
+    if (r == 0) {
+      std::vector<int> m(10, 1);
+      comm.send(std::span<const int>(m), 1, 9);
+    } else {
+      std::vector<int> m(12, 0);
+      try {
+        comm.recv(std::span<int>(m), 0, 9);
+        return 4;
+      } catch (const tutti::error& e) {
+        if (e.kind() != tutti::errc::mismatch) return 5;
+      }
+    }
+    return 0;
+  });
+  CHECK(exited_with(status[0], 0));
+  CHECK(exited_with(status[1], 0));
+}
