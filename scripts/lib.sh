@@ -6,7 +6,9 @@ TUTTI_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export TUTTI_ROOT
 
 # Debian/Ubuntu packages the build needs.
-TUTTI_APT_PACKAGES=(build-essential cmake doctest-dev libbenchmark-dev git ca-certificates)
+# openmpi: the side-by-side benchmark and the mpirun launcher test.
+TUTTI_APT_PACKAGES=(build-essential cmake doctest-dev libbenchmark-dev git ca-certificates
+  openmpi-bin libopenmpi-dev)
 TUTTI_MIN_CMAKE=3.25
 
 tutti_step() { printf '\n==> %s\n' "$*"; }

@@ -1,5 +1,6 @@
-// The README's program, for every policy it lists, at several world sizes and counts, built
-// against an installed tutti. Exits non-zero on any wrong element.
+// The README's programs built against an installed tutti: the shm one across 4 processes as
+// written, then the inproc all_reduce for every policy at several world sizes and counts.
+// Exits non-zero on any wrong element.
 #include <cstdio>
 #include <span>
 #include <vector>
@@ -35,6 +36,16 @@ int sweep() {
 }
 
 int main() {
+  const int spawned = tutti::spawn(4, [] {
+    auto comm = tutti::communicator<tutti::shm>::from_env();
+    std::vector<double> v(1 << 20, comm.rank() + 1.0);
+    comm.all_reduce(std::span<double>(v), tutti::sum);  // every element becomes 10
+    return v[12345] == 10.0 ? 0 : 1;
+  });
+  if (spawned != 0) {
+    std::printf("the README's shm program failed with %d\n", spawned);
+    return 1;
+  }
   tutti::inproc::run<tutti::ring>(4, [](auto& comm) {
     std::vector<float> v(1000, float(comm.rank() + 1));
     comm.all_reduce(std::span<float>(v), tutti::sum);  // every element becomes 10
