@@ -274,18 +274,22 @@ TEST_CASE("the segment: mode 0600, a random name, gone from /dev/shm once all at
 }
 
 TEST_CASE("mismatched calls across processes raise on every rank, naming both sides") {
-  shared_report rep;
-  temp_dir dir;
-  const auto status = run_ranks(3, [&](int r) {
-    auto comm = tutti::communicator<tutti::shm>::from_url(dir.url(), r, 3);
-    std::vector<float> v(r == 1 ? 11 : 10, 1.0f);
-    return expect_error(rep.operator->(), r,
-                        [&] { comm.all_reduce(std::span<float>(v), tutti::sum); });
-  });
-  for (int r = 0; r < 3; ++r) {
-    CAPTURE(r);
-    CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
-    CHECK(rep->kind[r] == static_cast<int>(tutti::errc::mismatch));
+  // 10 floats travel in flagged cache lines, 100000 through the segment's slots.
+  for (std::size_t count : {std::size_t{10}, std::size_t{100000}}) {
+    CAPTURE(count);
+    shared_report rep;
+    temp_dir dir;
+    const auto status = run_ranks(3, [&](int r) {
+      auto comm = tutti::communicator<tutti::shm, tutti::direct>::from_url(dir.url(), r, 3);
+      std::vector<float> v(r == 1 ? count + 1 : count, 1.0f);
+      return expect_error(rep.operator->(), r,
+                          [&] { comm.all_reduce(std::span<float>(v), tutti::sum); });
+    });
+    for (int r = 0; r < 3; ++r) {
+      CAPTURE(r);
+      CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
+      CHECK(rep->kind[r] == static_cast<int>(tutti::errc::mismatch));
+    }
   }
 }
 

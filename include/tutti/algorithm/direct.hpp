@@ -227,11 +227,36 @@ struct direct {
     for (int q = 2; q < c.size(); ++q) c.reduce(dst, dst, t.segment(q) + at, n);
   }
 
+  /// Small all_reduce in flagged cache lines: publish, then fold every rank's contribution in
+  /// rank order (the same bits on every rank).
+  template <class Ctx>
+  static void all_reduce_lines(Ctx& c, const std::byte* in, std::byte* out, std::size_t bytes) {
+    auto& t = c.transport();
+    const int p = c.size(), r = c.rank();
+    std::byte* mine = c.scratch(2 * bytes + 1);  // a copy of `in`: `out` may alias it
+    std::byte* theirs = mine + bytes;
+    detail::copy_bytes(mine, in, bytes);
+    t.lines_put(c.info(), mine, bytes);
+    auto get = [&](int q) -> const std::byte* {
+      if (q == r) return mine;
+      t.lines_get(q, c.info(), theirs, bytes, c.deadline());
+      return theirs;
+    };
+    detail::copy_bytes(out, get(0), bytes);
+    for (int q = 1; q < p; ++q) c.reduce(out, out, get(q), bytes);
+  }
+
   /// all_reduce (root < 0) or reduce to root, in rounds of at most half a slot per rank.
   template <class Ctx>
   static void reduce_rounds(Ctx& c, const std::byte* in, std::byte* out, std::size_t count,
                             int root) {
     auto& t = c.transport();
+    if constexpr (line_exchange<typename Ctx::transport_type>) {
+      if (root < 0 && count * c.elem() <= Ctx::transport_type::line_capacity()) {
+        all_reduce_lines(c, in, out, count * c.elem());
+        return;
+      }
+    }
     const int p = c.size(), r = c.rank();
     const std::size_t e = c.elem(), bytes = count * e, half = half_bytes(c);
     const bool gets_result = root < 0 || r == root;

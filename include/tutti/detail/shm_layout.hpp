@@ -4,6 +4,7 @@
 ///
 ///   header        magic, geometry, attach count, abort record
 ///   rank blocks   per rank: doorbell, pid and state, barrier record, call board
+///   lines         per rank: two halves of flagged cache lines for small all_reduce payloads
 ///   channels      per (space, source, destination): a single-producer ring of framed messages
 ///   slots         per rank: the shared segment the direct algorithms copy through
 ///
@@ -53,7 +54,7 @@ struct shm_rank_block {
 
 struct shm_header {
   static constexpr std::uint64_t magic_value = 0x3169747475742d78ull;  // "x-tutti1"
-  static constexpr std::uint32_t layout_version = 1;
+  static constexpr std::uint32_t layout_version = 2;
 
   std::atomic<std::uint64_t> magic{0};  // stored last by the creator
   std::uint32_t version = 0;
@@ -79,6 +80,30 @@ struct shm_frame {
 };
 static_assert(sizeof(shm_frame) == cache_line);
 
+/// A cache line that carries its own ready flag: `tag` is the round it holds, stored (release)
+/// after the payload, so a reader that sees its round in `tag` sees the payload with it — one
+/// cache-line transfer per line and no separate flag to fetch first. The first line of a
+/// round also carries the call, so rounds of different calls never mix silently.
+struct alignas(cache_line) shm_line {
+  static constexpr std::size_t payload = 56;
+  std::atomic<std::uint64_t> tag{0};
+  std::byte data[payload] = {};
+};
+struct alignas(cache_line) shm_first_line {
+  static constexpr std::size_t payload = 32;
+  std::atomic<std::uint64_t> tag{0};
+  std::uint64_t seq = 0;
+  std::uint64_t fp_head = 0;
+  std::uint64_t fp_count = 0;
+  std::byte data[payload] = {};
+};
+static_assert(sizeof(shm_line) == cache_line && sizeof(shm_first_line) == cache_line);
+
+/// Lines per half: a small all_reduce of up to `shm_line_capacity` bytes travels in them.
+inline constexpr std::size_t shm_lines_per_half = 64;
+inline constexpr std::size_t shm_line_capacity =
+    shm_first_line::payload + (shm_lines_per_half - 1) * shm_line::payload;
+
 /// Producer and consumer positions of one channel (bytes ever written / ever consumed).
 struct shm_channel_ctl {
   alignas(cache_line) std::atomic<std::uint64_t> head{0};
@@ -99,8 +124,14 @@ struct shm_layout {
     return round_up(sizeof(shm_rank_block), cache_line);
   }
   [[nodiscard]] std::size_t blocks_offset() const noexcept { return header_bytes(); }
-  [[nodiscard]] std::size_t channels_offset() const noexcept {
+  [[nodiscard]] static constexpr std::size_t lines_bytes() noexcept {
+    return 2 * shm_lines_per_half * cache_line;
+  }
+  [[nodiscard]] std::size_t lines_offset() const noexcept {
     return round_up(blocks_offset() + ranks * block_bytes(), page);
+  }
+  [[nodiscard]] std::size_t channels_offset() const noexcept {
+    return round_up(lines_offset() + ranks * lines_bytes(), page);
   }
   [[nodiscard]] std::size_t channel_stride() const noexcept {
     return sizeof(shm_channel_ctl) + channel_bytes;
@@ -131,6 +162,12 @@ class shm_view {
   [[nodiscard]] shm_rank_block& block(int r) const noexcept {
     return *reinterpret_cast<shm_rank_block*>(base_ + layout_.blocks_offset() +
                                               static_cast<std::size_t>(r) * layout_.block_bytes());
+  }
+  /// Line `i` of half `h` of rank r's lines (line 0 is a shm_first_line).
+  [[nodiscard]] std::byte* line(int r, std::size_t h, std::size_t i) const noexcept {
+    return base_ + layout_.lines_offset() +
+           static_cast<std::size_t>(r) * shm_layout::lines_bytes() +
+           (h * shm_lines_per_half + i) * cache_line;
   }
   [[nodiscard]] shm_channel_ctl& channel(space s, int src, int dst) const noexcept {
     return *reinterpret_cast<shm_channel_ctl*>(base_ + channel_at(s, src, dst));

@@ -122,6 +122,14 @@ class shm_mapping {
   h->total_bytes = total;
   for (std::size_t r = 0; r < l.ranks; ++r)
     new (m.base() + l.blocks_offset() + r * shm_layout::block_bytes()) shm_rank_block;
+  for (std::size_t r = 0; r < l.ranks; ++r)
+    for (std::size_t i = 0; i < 2 * shm_lines_per_half; ++i) {
+      std::byte* at = m.base() + l.lines_offset() + r * shm_layout::lines_bytes() + i * cache_line;
+      if (i % shm_lines_per_half == 0)
+        new (at) shm_first_line;
+      else
+        new (at) shm_line;
+    }
   for (int s = 0; s < 2; ++s)
     for (std::size_t a = 0; a < l.ranks; ++a)
       for (std::size_t b = 0; b < l.ranks; ++b)

@@ -53,6 +53,21 @@ concept shared_segment = point_to_point<T> && requires(T& t, int r, const detail
   t.segment_barrier(c, deadline);
 };
 
+/// A shared-segment transport that also moves small payloads in cache lines carrying their
+/// own ready flags (one line transfer per 56 bytes, no flag to fetch first): direct's small
+/// all_reduce uses it. `lines_put` publishes this rank's contribution to call c (at most
+/// `line_capacity()` bytes); `lines_get` waits for rank q's and copies it out, raising
+/// tutti::error on a mismatched call. Every rank must `lines_get` every other rank's
+/// contribution before its next `lines_put`.
+template <class T>
+concept line_exchange =
+    shared_segment<T> && requires(T& t, const detail::call& c, const std::byte* in, std::byte* out,
+                                  std::size_t n, int q, detail::clock::time_point deadline) {
+      { T::line_capacity() } -> std::same_as<std::size_t>;
+      t.lines_put(c, in, n);
+      t.lines_get(q, c, out, n, deadline);
+    };
+
 /// Host-memory transports: collectives take spans of ordinary memory.
 template <class T>
 concept host_transport = point_to_point<T> && std::same_as<typename T::memory_space, host_memory>;

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -68,6 +69,7 @@ struct shm_state {
   shm_watch watch;
   wait_tuning tuning;
   std::uint64_t barrier_gen = 0;
+  std::uint64_t line_gen = 0;
   std::string name;
   bool broken = false;  // a request died mid-message: the channels are out of step
 };
@@ -247,6 +249,71 @@ class shm {
         st.view.abort(errc::mismatch, what);
         throw error(errc::mismatch, c.name_str(), c.seq, st.rank, q, what);
       }
+    }
+  }
+
+  /// Payloads up to this many bytes travel in flagged cache lines (line_exchange).
+  [[nodiscard]] static constexpr std::size_t line_capacity() noexcept {
+    return detail::shm_line_capacity;
+  }
+
+  /// Publishes this rank's `n` bytes for call `c` in its next half of lines.
+  void lines_put(const detail::call& c, const std::byte* data, std::size_t n) {
+    auto& st = *s_;
+    const std::uint64_t g = ++st.line_gen;
+    const std::size_t h = g % 2;
+    auto* first = reinterpret_cast<detail::shm_first_line*>(st.view.line(st.rank, h, 0));
+    first->seq = c.seq;
+    first->fp_head = c.fp.packed_head();
+    first->fp_count = c.fp.count;
+    std::size_t at = std::min(n, detail::shm_first_line::payload);
+    if (at != 0) std::memcpy(first->data, data, at);
+    first->tag.store(g, std::memory_order_release);
+    for (std::size_t i = 1; at < n; ++i) {
+      auto* line = reinterpret_cast<detail::shm_line*>(st.view.line(st.rank, h, i));
+      const std::size_t k = std::min(n - at, detail::shm_line::payload);
+      std::memcpy(line->data, data + at, k);
+      line->tag.store(g, std::memory_order_release);
+      at += k;
+    }
+    for (int q = 0; q < st.size; ++q)
+      if (q != st.rank) st.view.block(q).bell.ring(true);
+  }
+
+  /// Waits for rank q's `n` bytes of the call this rank last published and copies them out.
+  void lines_get(int q, const detail::call& c, std::byte* out, std::size_t n,
+                 detail::clock::time_point deadline) {
+    auto& st = *s_;
+    const std::uint64_t g = st.line_gen;
+    const std::size_t h = g % 2;
+    auto await = [&](const std::atomic<std::uint64_t>& tag) {
+      auto ready = [&] { return tag.load(std::memory_order_acquire) == g; };
+      if (!ready())
+        detail::wait_on(
+            st.view.block(st.rank).bell, true, ready, [&] { poll(c, deadline, q); }, st.tuning);
+    };
+    const auto* first = reinterpret_cast<const detail::shm_first_line*>(st.view.line(q, h, 0));
+    await(first->tag);
+    const auto fp = detail::fingerprint::unpack(first->fp_head, first->fp_count);
+    if (first->seq != c.seq || !(fp == c.fp)) {
+      const std::string what = first->seq == c.seq
+                                   ? detail::mismatch_text(st.rank, c.fp, q, fp)
+                                   : "mismatched collective: rank " + std::to_string(st.rank) +
+                                         " is in call #" + std::to_string(c.seq) + " " +
+                                         c.fp.describe() + " but rank " + std::to_string(q) +
+                                         " sent from call #" + std::to_string(first->seq) + " " +
+                                         fp.describe();
+      st.view.abort(errc::mismatch, what);
+      throw error(errc::mismatch, c.name_str(), c.seq, st.rank, q, what);
+    }
+    std::size_t at = std::min(n, detail::shm_first_line::payload);
+    if (at != 0) std::memcpy(out, first->data, at);
+    for (std::size_t i = 1; at < n; ++i) {
+      const auto* line = reinterpret_cast<const detail::shm_line*>(st.view.line(q, h, i));
+      await(line->tag);
+      const std::size_t k = std::min(n - at, detail::shm_line::payload);
+      std::memcpy(out + at, line->data, k);
+      at += k;
     }
   }
 

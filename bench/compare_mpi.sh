@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# tutti's shm transport vs Open MPI's MPI_Allreduce over its shared-memory BTL (vader), side by
+# side: float sum all_reduce, nccl-tests columns, results checked by both programs.
+#
+#   bench/compare_mpi.sh [build-dir]        (default: build/release)
+#
+# For each rank count, runs bench/shm_all_reduce and bench/mpi_all_reduce ROUNDS times each,
+# interleaved A B B A ... so slow drift on a noisy machine hits both sides alike, keeps each
+# side's best (lowest) time per size, and prints a markdown table per rank count.
+# MPI runs as: mpirun -np NP --oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader
+# (pml ob1 because Debian's Open MPI also has UCX, whose pml would bypass the BTLs).
+#
+# Environment:
+#   MINBYTES (4)  MAXBYTES (256M)  sizes, nccl-tests syntax (K/M/G)
+#   NPS ("2 4")                    rank counts
+#   ROUNDS (2)                     runs per program and rank count
+#   ALGO (automatic)               tutti algorithm (shm_all_reduce --algo)
+#   BENCH_ARGS ("")                extra flags for both programs, e.g. "-n 100 -w 10"
+#   RUN_TIMEOUT (1800)             seconds allowed per run
+#   OUTDIR (unset)                 keep the raw CSV of every run there
+# Exit status: 0; 1 if a program reported wrong results or failed; 2 on a usage/setup error.
+set -euo pipefail
+
+die() {
+  printf 'compare_mpi.sh: %s\n' "$*" >&2
+  exit 2
+}
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+case "${1:-}" in
+  -h | --help)
+    sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+    exit 0
+    ;;
+esac
+(($# <= 1)) || die "too many arguments (usage: compare_mpi.sh [build-dir])"
+build="${1:-$repo/build/release}"
+[[ -d "$build" ]] || die "build directory '$build' not found; configure and build first:
+  cmake --preset release && cmake --build build/release --target shm_all_reduce mpi_all_reduce"
+
+shm_bin="$build/bench/shm_all_reduce"
+mpi_bin="$build/bench/mpi_all_reduce"
+for bin in "$shm_bin" "$mpi_bin"; do
+  [[ -x "$bin" ]] || die "'$bin' not found or not executable; build it with
+  cmake --build '$build' --target $(basename "$bin")
+(mpi_all_reduce is configured only when CMake finds MPI: apt-get install openmpi-bin libopenmpi-dev)"
+done
+command -v mpirun >/dev/null || die "mpirun not found (apt-get install openmpi-bin)"
+mpirun --version 2>&1 | grep -q 'Open MPI' ||
+  die "mpirun is not Open MPI's ('$(mpirun --version 2>&1 | head -n1)'); the vader BTL is Open MPI's"
+
+minbytes="${MINBYTES:-4}"
+maxbytes="${MAXBYTES:-256M}"
+nps="${NPS:-2 4}"
+rounds="${ROUNDS:-2}"
+algo="${ALGO:-automatic}"
+run_timeout="${RUN_TIMEOUT:-1800}"
+read -r -a extra <<<"${BENCH_ARGS:-}"
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer, not '$rounds'"
+[[ "$run_timeout" =~ ^[1-9][0-9]*$ ]] || die "RUN_TIMEOUT must be a positive integer"
+for np in $nps; do
+  [[ "$np" =~ ^[1-9][0-9]*$ ]] || die "NPS must list positive integers, not '$np'"
+done
+
+mpirun_args=(--oversubscribe --bind-to none --mca pml ob1 --mca btl 'self,vader')
+if [[ "$(id -u)" == 0 ]]; then
+  mpirun_args=(--allow-run-as-root "${mpirun_args[@]}")
+fi
+timeout_cmd=()
+command -v timeout >/dev/null && timeout_cmd=(timeout "$run_timeout")
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+if [[ -n "${OUTDIR:-}" ]]; then
+  mkdir -p "$OUTDIR" || die "cannot create OUTDIR '$OUTDIR'"
+fi
+
+# Validate the arguments once, cheaply, before the long runs.
+"$shm_bin" --np 1 -b "$minbytes" -e "$minbytes" -n 1 -w 0 -c 0 --algo "$algo" "${extra[@]}" \
+  --csv >/dev/null || die "a 1-rank trial run of shm_all_reduce with these arguments failed"
+
+model="$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
+echo "# tutti shm vs Open MPI (vader) all_reduce, float sum unless BENCH_ARGS says otherwise"
+echo
+echo "- date: $(date '+%Y-%m-%d %H:%M:%S %Z')"
+echo "- machine: ${model:-unknown CPU}, $(nproc) cores, $(uname -srm);" \
+  "load average before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
+echo "- MPI: $(ompi_info --version 2>/dev/null | head -n1 || echo 'ompi_info not found')," \
+  "mpirun -np NP ${mpirun_args[*]}"
+echo "- tutti: $shm_bin --np NP --algo $algo"
+echo "- sizes $minbytes..$maxbytes, runs per side: ${rounds} (interleaved), best time per size;" \
+  "extra args: '${BENCH_ARGS:-}'"
+echo
+
+failed=0
+# run_one NAME NP CMD...: runs CMD, output CSV in $work/NAME.NP.ROUND.csv.
+run_one() {
+  local name="$1" np="$2" round="$3"
+  shift 3
+  local csv="$work/$name.$np.$round.csv" err="$work/$name.$np.$round.err"
+  printf '  %-5s np=%s round %s ... ' "$name" "$np" "$round" >&2
+  local start=$SECONDS rc=0
+  "${timeout_cmd[@]}" "$@" >"$csv" 2>"$err" || rc=$?
+  if ((rc == 0)); then
+    printf 'ok (%ss)\n' "$((SECONDS - start))" >&2
+  else
+    failed=1
+    if ((rc == 1)) && grep -q 'wrong elements' "$err"; then
+      printf 'WRONG RESULTS (exit 1)\n' >&2
+    elif ((rc == 124)); then
+      printf 'TIMED OUT after %ss\n' "$run_timeout" >&2
+    else
+      printf 'FAILED (exit %s)\n' "$rc" >&2
+    fi
+    sed 's/^/    | /' "$err" | tail -n 20 >&2
+  fi
+  [[ -z "${OUTDIR:-}" ]] || cp "$csv" "$OUTDIR/"
+}
+
+run_shm() {
+  run_one tutti "$1" "$2" "$shm_bin" --np "$1" --algo "$algo" -b "$minbytes" -e "$maxbytes" \
+    "${extra[@]}" --csv
+}
+run_mpi() {
+  run_one mpi "$1" "$2" mpirun -np "$1" "${mpirun_args[@]}" "$mpi_bin" -b "$minbytes" \
+    -e "$maxbytes" "${extra[@]}" --csv
+}
+
+for np in $nps; do
+  echo "running $np ranks:" >&2
+  for ((round = 1; round <= rounds; ++round)); do
+    if ((round % 2 == 1)); then
+      run_shm "$np" "$round"
+      run_mpi "$np" "$round"
+    else
+      run_mpi "$np" "$round"
+      run_shm "$np" "$round"
+    fi
+  done
+done
+
+# Merge: per side and size, the best time (its busbw goes with it) and the most wrong elements.
+for np in $nps; do
+  echo "## $np ranks"
+  echo
+  cat "$work"/tutti."$np".*.csv "$work"/mpi."$np".*.csv 2>/dev/null | awk -F, '
+    function human(b) {
+      if (b >= 1073741824 && b % 1073741824 == 0) return b / 1073741824 " GiB"
+      if (b >= 1048576 && b % 1048576 == 0) return b / 1048576 " MiB"
+      if (b >= 1024 && b % 1024 == 0) return b / 1024 " KiB"
+      return b " B"
+    }
+    function t(x) { return x >= 100 ? sprintf("%.0f", x) : x >= 10 ? sprintf("%.1f", x) : sprintf("%.2f", x) }
+    $1 == "impl" || NF != 7 { next }
+    {
+      side = ($1 == "mpi") ? "m" : "t"
+      key = side SUBSEP $3
+      if (!($3 in seen)) { seen[$3] = 1; sizes[++n] = $3 + 0 }
+      if (!(key in best) || $4 + 0 < best[key]) { best[key] = $4 + 0; bw[key] = $6 + 0 }
+      if ($7 + 0 > wrong[key] + 0) wrong[key] = $7 + 0
+    }
+    END {
+      if (n == 0) { print "(no results)"; exit }
+      # sizes in ascending order (insertion sort; a few dozen rows)
+      for (i = 2; i <= n; ++i) { v = sizes[i]; for (j = i - 1; j >= 1 && sizes[j] > v; --j) sizes[j + 1] = sizes[j]; sizes[j + 1] = v }
+      print "| size | tutti time (us) | MPI time (us) | tutti busbw (GB/s) | MPI busbw (GB/s) | speedup (MPI/tutti) |"
+      print "|---:|---:|---:|---:|---:|---:|"
+      for (i = 1; i <= n; ++i) {
+        s = sizes[i]; kt = "t" SUBSEP s; km = "m" SUBSEP s
+        tt = (kt in best) ? t(best[kt]) : "-"; tm = (km in best) ? t(best[km]) : "-"
+        bt = (kt in best) ? sprintf("%.3g", bw[kt]) : "-"; bm = (km in best) ? sprintf("%.3g", bw[km]) : "-"
+        sp = (kt in best && km in best && best[kt] > 0) ? sprintf("%.2fx", best[km] / best[kt]) : "-"
+        note = ""
+        if (wrong[kt] + 0 > 0) note = note " (tutti: " wrong[kt] " wrong)"
+        if (wrong[km] + 0 > 0) note = note " (MPI: " wrong[km] " wrong)"
+        printf "| %s | %s | %s | %s | %s | %s%s |\n", human(s), tt, tm, bt, bm, sp, note
+      }
+    }'
+  echo
+done
+
+echo "Load average after: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')" \
+  "(other work on the machine skews both sides; compare runs made at low load)."
+
+if ((failed)); then
+  echo "compare_mpi.sh: at least one run failed or reported wrong results (see above)" >&2
+  exit 1
+fi
