@@ -2,7 +2,8 @@
 # The main job: bash scripts/run-main.sh
 #
 # Installs missing build dependencies, configures and builds the release
-# preset, runs every example, then the all-reduce benchmark.
+# preset, runs every example, then the all-reduce benchmarks: every policy over
+# inproc, and tutti::shm next to Open MPI's MPI_Allreduce (bench/compare_mpi.sh).
 #   TUTTI_BENCH_ARGS     arguments for bench_all_reduce
 #                        (default: --benchmark_min_time=0.05)
 #   TUTTI_BENCH_TIMEOUT  seconds before the benchmark is stopped (default 600)
@@ -31,5 +32,13 @@ read -r -a bench_args <<<"${TUTTI_BENCH_ARGS:---benchmark_min_time=0.05}"
 tutti_step "benchmark: $bench ${bench_args[*]}"
 timeout --signal=INT --kill-after=30 "${TUTTI_BENCH_TIMEOUT:-600}" "$bench" "${bench_args[@]}" ||
   tutti_die "benchmark $bench failed (or exceeded ${TUTTI_BENCH_TIMEOUT:-600}s)"
+
+if command -v mpirun >/dev/null 2>&1 && [[ -x "$build/bench/mpi_all_reduce" ]]; then
+  tutti_step "benchmark: tutti::shm next to Open MPI (bench/compare_mpi.sh)"
+  bash bench/compare_mpi.sh "$build" || tutti_die "bench/compare_mpi.sh failed"
+else
+  tutti_step "benchmark: tutti::shm alone (Open MPI not installed)"
+  "$build/bench/shm_all_reduce" --np 2 || tutti_die "shm_all_reduce failed"
+fi
 
 tutti_step "main job done"

@@ -119,6 +119,10 @@ void wait_on(doorbell& bell, bool shared, Ready&& ready, Poll&& poll,
       bell.sleepers.fetch_sub(1, std::memory_order_relaxed);
       throw;
     }
+    if (ready()) {  // poll may have found the state changed (or made progress itself)
+      bell.sleepers.fetch_sub(1, std::memory_order_relaxed);
+      return;
+    }
     futex_wait(bell.ring_count, seen, tune.slice, shared);
     bell.sleepers.fetch_sub(1, std::memory_order_relaxed);
     if (ready()) return;

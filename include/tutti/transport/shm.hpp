@@ -195,7 +195,7 @@ class shm {
     };
     if (!ready())
       detail::wait_on(
-          st.view.block(st.rank).bell, true, ready, [&] { poll(c, deadline, op->peer); },
+          st.view.block(st.rank).bell, true, ready, [&] { poll(c, deadline, op->peer, ready); },
           st.tuning);
     if (op->failed) throw error(errc::mismatch, c.name_str(), c.seq, st.rank, op->peer, op->error);
     r.op_.reset();
@@ -231,7 +231,8 @@ class shm {
     };
     if (!arrived())
       detail::wait_on(
-          st.view.block(st.rank).bell, true, arrived, [&] { poll(c, deadline, -1); }, st.tuning);
+          st.view.block(st.rank).bell, true, arrived, [&] { poll(c, deadline, -1, arrived); },
+          st.tuning);
     for (int q = 0; q < st.size; ++q) {
       if (q == st.rank) continue;
       const auto& theirs = st.view.block(q).barrier.rec[g % 2];
@@ -290,12 +291,24 @@ class shm {
       auto ready = [&] { return tag.load(std::memory_order_acquire) == g; };
       if (!ready())
         detail::wait_on(
-            st.view.block(st.rank).bell, true, ready, [&] { poll(c, deadline, q); }, st.tuning);
+            st.view.block(st.rank).bell, true, ready, [&] { poll(c, deadline, q, ready); },
+            st.tuning);
     };
+    // The writer stores the lines in order, each tag after its payload: once the last line's
+    // tag shows this round, every line before it is complete too (release/acquire). Spinning
+    // on that one line keeps this rank from pulling lines away from the writer as it fills them.
+    const std::size_t extra =
+        n > detail::shm_first_line::payload
+            ? (n - detail::shm_first_line::payload + detail::shm_line::payload - 1) /
+                  detail::shm_line::payload
+            : 0;
     const auto* first = reinterpret_cast<const detail::shm_first_line*>(st.view.line(q, h, 0));
-    await(first->tag);
+    if (extra == 0)
+      await(first->tag);
+    else
+      await(reinterpret_cast<const detail::shm_line*>(st.view.line(q, h, extra))->tag);
     const auto fp = detail::fingerprint::unpack(first->fp_head, first->fp_count);
-    if (first->seq != c.seq || !(fp == c.fp)) {
+    if (first->tag.load(std::memory_order_acquire) != g || first->seq != c.seq || !(fp == c.fp)) {
       const std::string what = first->seq == c.seq
                                    ? detail::mismatch_text(st.rank, c.fp, q, fp)
                                    : "mismatched collective: rank " + std::to_string(st.rank) +
@@ -310,7 +323,6 @@ class shm {
     if (at != 0) std::memcpy(out, first->data, at);
     for (std::size_t i = 1; at < n; ++i) {
       const auto* line = reinterpret_cast<const detail::shm_line*>(st.view.line(q, h, i));
-      await(line->tag);
       const std::size_t k = std::min(n - at, detail::shm_line::payload);
       std::memcpy(out + at, line->data, k);
       at += k;
@@ -419,7 +431,10 @@ class shm {
   }
 
   /// Runs before every sleep: abort record, peers' boards, peers' processes, the deadline.
-  void poll(const detail::call& c, detail::clock::time_point deadline, int peer) {
+  /// `ready` is what the caller waits for: a peer may write its last message and exit between
+  /// the caller's last look and this one, so a lost peer is reported only if it still is not.
+  template <class Ready>
+  void poll(const detail::call& c, detail::clock::time_point deadline, int peer, Ready&& ready) {
     auto& st = *s_;
     if (st.view.aborted()) {
       auto [code, what] = st.view.abort_reason();
@@ -436,7 +451,7 @@ class shm {
           throw error(errc::mismatch, c.name_str(), c.seq, st.rank, q, what);
         }
       }
-      if (!closed(q) && st.watch.gone(q))
+      if (!closed(q) && st.watch.gone(q) && !ready())
         throw error(errc::peer_lost, c.name_str(), c.seq, st.rank, q,
                     "rank " + std::to_string(q) + " (pid " +
                         std::to_string(b.pid.load(std::memory_order_relaxed)) +
@@ -445,7 +460,7 @@ class shm {
     // Only then ranks that closed cleanly (say, after raising this same death themselves):
     // a death is the cause worth naming.
     for (int q = 0; q < st.size; ++q)
-      if (q != st.rank && (peer < 0 || peer == q) && closed(q))
+      if (q != st.rank && (peer < 0 || peer == q) && closed(q) && !ready())
         throw error(
             errc::peer_lost, c.name_str(), c.seq, st.rank, q,
             "rank " + std::to_string(q) + " closed its communicator without making this call");
