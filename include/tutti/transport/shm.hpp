@@ -412,7 +412,7 @@ class shm {
   [[nodiscard]] static std::string private_dir() {
     std::string base = detail::env_string("TMPDIR");
     if (base.empty()) base = "/tmp";
-    const std::string dir = base + "/tutti-" + std::to_string(::geteuid());
+    std::string dir = base + "/tutti-" + std::to_string(::geteuid());
     if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
       detail::shm_fail_errno(-1, "mkdir " + dir, errno);
     struct stat info {};
