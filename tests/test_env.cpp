@@ -15,7 +15,7 @@
 
 #include <tutti/bootstrap/env.hpp>
 
-extern char** environ;
+#include "scoped_env.hpp"
 
 namespace {
 
@@ -23,31 +23,6 @@ using tutti::bootstrap::detect_world;
 using tutti::bootstrap::launcher;
 using tutti::bootstrap::world_from_env;
 using tutti::bootstrap::world_info;
-
-/// Saves the whole environment, clears every launcher variable, and restores it all on exit,
-/// so that a case sees only the variables it sets (even when the tests run under srun/mpirun).
-class scoped_env {
- public:
-  scoped_env() {
-    for (char** e = environ; e != nullptr && *e != nullptr; ++e) saved_.emplace_back(*e);
-    for (const char* var : tutti::detail::launcher_variables) ::unsetenv(var);
-  }
-  scoped_env(const scoped_env&) = delete;
-  scoped_env& operator=(const scoped_env&) = delete;
-  ~scoped_env() {
-    ::clearenv();
-    for (const auto& entry : saved_) {
-      const auto eq = entry.find('=');
-      ::setenv(entry.substr(0, eq).c_str(), entry.substr(eq + 1).c_str(), 1);
-    }
-  }
-  void set(std::initializer_list<std::pair<const char*, const char*>> vars) {
-    for (const auto& [name, value] : vars) ::setenv(name, value, 1);
-  }
-
- private:
-  std::vector<std::string> saved_;
-};
 
 /// detect_world must raise errc::invalid_argument whose message holds every `needles` string.
 void check_invalid(std::initializer_list<std::pair<const char*, const char*>> vars,

@@ -6,9 +6,12 @@
 // Ranks are forked by hand (not tutti::spawn, which would stop the survivors as soon as one
 // rank dies) and meet through a file:// store in a fresh directory.
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -366,4 +369,33 @@ TEST_CASE("send/recv across processes: tags out of order, messages larger than a
   });
   CHECK(exited_with(status[0], 0));
   CHECK(exited_with(status[1], 0));
+}
+
+TEST_CASE("from_url tcp://: rank 0 serves the store, the others connect") {
+  // A listening socket made here and handed to rank 0 (as tutti::spawn does), so the port
+  // cannot be taken between choosing it and serving it.
+  const int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(lfd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(listen(lfd, 16) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const std::string url = "tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  const auto status = run_ranks(3, [&](int r) {
+    if (r == 0)
+      setenv("TUTTI_STORE_FD", std::to_string(lfd).c_str(), 1);
+    else
+      close(lfd);
+    auto comm = tutti::communicator<tutti::shm>::from_url(url, r, 3);
+    std::vector<long> v(1000, r + 1);
+    comm.all_reduce(std::span<long>(v), tutti::sum);
+    for (long x : v)
+      if (x != 6) return 1;
+    return 0;
+  });
+  close(lfd);
+  for (int r = 0; r < 3; ++r) CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
 }

@@ -34,33 +34,9 @@
 #include <tutti/bootstrap/env.hpp>
 #include <tutti/bootstrap/spawn.hpp>
 
-extern char** environ;
+#include "scoped_env.hpp"
 
 namespace {
-
-/// Saves the whole environment, clears every launcher variable (so spawn forks even when the
-/// tests run under srun/mpirun), and restores it all on exit.
-class scoped_env {
- public:
-  scoped_env() {
-    for (char** e = environ; e != nullptr && *e != nullptr; ++e) saved_.emplace_back(*e);
-    for (const char* var : tutti::detail::launcher_variables) ::unsetenv(var);
-    ::unsetenv("TUTTI_SPAWN_GRACE_MS");
-  }
-  scoped_env(const scoped_env&) = delete;
-  scoped_env& operator=(const scoped_env&) = delete;
-  ~scoped_env() {
-    ::clearenv();
-    for (const auto& entry : saved_) {
-      const auto eq = entry.find('=');
-      ::setenv(entry.substr(0, eq).c_str(), entry.substr(eq + 1).c_str(), 1);
-    }
-  }
-  void set(const char* name, const char* value) { ::setenv(name, value, 1); }
-
- private:
-  std::vector<std::string> saved_;
-};
 
 /// A pipe; the parent reads what the children wrote once spawn has returned.
 class pipe_pair {
