@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <new>
 #include <span>
@@ -225,19 +226,15 @@ TEST_CASE("the segment: mode 0600, a random name, gone from /dev/shm once all at
   temp_dir dir;
   const std::string url = dir.url();
   // This process is rank 1 and attaches only after inspecting the segment rank 0 made.
-  const auto before = [] {
-    std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
-      names.push_back(e.path().filename().string());
-    return names;
-  }();
   std::fflush(nullptr);
   const pid_t rank0 = fork();
   REQUIRE(rank0 >= 0);
   if (rank0 == 0) {
     int code = 1;
     try {
-      auto comm = tutti::communicator<tutti::shm>::from_url(url, 0, 2);
+      tutti::options opts;
+      opts.timeout = std::chrono::seconds(30);
+      auto comm = tutti::communicator<tutti::shm>::from_url(url, 0, 2, opts);
       std::vector<int> v{1, 2, 3};
       comm.all_reduce(std::span<int>(v), tutti::sum);
       code = v == std::vector<int>{3, 6, 9} ? 0 : 2;
@@ -245,14 +242,23 @@ TEST_CASE("the segment: mode 0600, a random name, gone from /dev/shm once all at
     }
     _exit(code);
   }
-  // Find rank 0's new segment in /dev/shm.
+  struct reap_on_failure {
+    pid_t pid;
+    bool reaped = false;
+    ~reap_on_failure() {
+      if (reaped) return;
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  } guard{rank0};
+  // Rank 0's segment, from its own mappings (other tests may be making segments meanwhile).
   std::string seg;
   for (int i = 0; i < 5000 && seg.empty(); ++i) {
-    for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
-      const auto name = e.path().filename().string();
-      if (name.rfind("tutti-", 0) == 0 &&
-          std::find(before.begin(), before.end(), name) == before.end())
-        seg = name;
+    std::ifstream maps("/proc/" + std::to_string(rank0) + "/maps");
+    for (std::string line; std::getline(maps, line);) {
+      const auto at = line.find("/dev/shm/tutti-");
+      if (at != std::string::npos && line.find("(deleted)") == std::string::npos)
+        seg = line.substr(at + 9, 38);
     }
     if (seg.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
@@ -273,6 +279,7 @@ TEST_CASE("the segment: mode 0600, a random name, gone from /dev/shm once all at
   }
   int status = 0;
   REQUIRE(waitpid(rank0, &status, 0) == rank0);
+  guard.reaped = true;
   CHECK(exited_with(status, 0));
 }
 
