@@ -192,17 +192,17 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   /// `counts[r]` elements from rank r; every rank passes the same `counts`.
   template <element T>
   void all_gatherv(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts) {
-    this->template vector_impl<T>(detail::collective::all_gatherv, in, out, counts, -1, false);
+    this->template vector_impl<detail::collective::all_gatherv, T>(in, out, counts, -1, false);
   }
   template <element T>
   void gatherv(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts,
                int root) {
-    this->template vector_impl<T>(detail::collective::gatherv, in, out, counts, root, false);
+    this->template vector_impl<detail::collective::gatherv, T>(in, out, counts, root, false);
   }
   template <element T>
   void scatterv(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts,
                 int root) {
-    this->template vector_impl<T>(detail::collective::scatterv, in, out, counts, root, false);
+    this->template vector_impl<detail::collective::scatterv, T>(in, out, counts, root, false);
   }
   /// `send_counts[j]` elements go to rank j; `recv_counts[j]` arrive from rank j. Rank i's
   /// send_counts[j] must equal rank j's recv_counts[i].

@@ -41,20 +41,20 @@ class communicator_base {
   [[nodiscard]] const options& opts() const noexcept { return s_->opts; }
   [[nodiscard]] Transport& transport() noexcept { return s_->t; }
 
+  // Each typed entry point checks what depends on the element type at compile time, then hands
+  // bytes and a call_spec to a byte-level member below. Only those members build the job that
+  // runs the algorithm, so a program pays for one job per (collective, transport, policy), not
+  // one per (collective, element type, op): the algorithms and their error paths are compiled
+  // once however many types a program reduces.
+
   template <class T, class Op>
   work all_reduce_impl(std::span<const T> in, std::span<T> out, Op, bool async) {
     check_reducible<Op, T>();
     static_assert(has_all_reduce<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement all_reduce on this transport "
                   "(see the policy table in README.md; tutti::automatic implements everything)");
-    const std::size_t n = in.size();
-    if (out.size() != n) bad_size("all_reduce", out.size(), n);
-    return run(with<T, Op>(collective::all_reduce, n, -1), async,
-               [i = bytes(in), o = bytes(out), n](ctx_t& c) {
-                 if constexpr (has_all_reduce<Algorithm, Transport>)
-                   Algorithm::all_reduce(c, i, o, n);
-                 c.info().red.finish(o, n, c.size());
-               });
+    return reducing(with<T, Op>(collective::all_reduce, in.size(), -1), bytes(in), in.size(),
+                    bytes(out), out.size(), -1, async);
   }
 
   template <class T, class Op>
@@ -62,42 +62,34 @@ class communicator_base {
     check_reducible<Op, T>();
     static_assert(has_reduce<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement reduce on this transport");
-    check_root("reduce", root);
-    const std::size_t n = in.size();
-    if (rank() == root && out.size() != n) bad_size("reduce", out.size(), n);
-    bytes_out o = rank() == root ? bytes(out) : nullptr;
-    return run(with<T, Op>(collective::reduce, n, root), async,
-               [i = bytes(in), o, n, root](ctx_t& c) {
-                 if constexpr (has_reduce<Algorithm, Transport>)
-                   Algorithm::reduce(c, i, o, n, root);
-                 if (c.rank() == root) c.info().red.finish(o, n, c.size());
-               });
+    return reducing(with<T, Op>(collective::reduce, in.size(), root), bytes(in), in.size(),
+                    bytes(out), out.size(), root, async);
+  }
+
+  template <class T, class Op>
+  work reduce_scatter_impl(std::span<const T> in, std::span<T> out, Op, bool async) {
+    check_reducible<Op, T>();
+    static_assert(has_reduce_scatter<Algorithm, Transport>,
+                  "tutti: this algorithm policy does not implement reduce_scatter on this "
+                  "transport");
+    return reducing(with<T, Op>(collective::reduce_scatter, out.size(), -1), bytes(in), in.size(),
+                    bytes(out), out.size(), -1, async);
   }
 
   template <class T>
   work broadcast_impl(std::span<T> buf, int root, bool async) {
     static_assert(has_broadcast<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement broadcast on this transport");
-    check_root("broadcast", root);
-    const std::size_t n = buf.size();
-    return run(plain<T>(collective::broadcast, n, root), async,
-               [b = bytes(buf), n, root](ctx_t& c) {
-                 if constexpr (has_broadcast<Algorithm, Transport>)
-                   Algorithm::broadcast(c, b, n, root);
-               });
+    return moving(plain<T>(collective::broadcast, buf.size(), root), bytes(buf), buf.size(),
+                  bytes(buf), buf.size(), root, async);
   }
 
   template <class T>
   work all_gather_impl(std::span<const T> in, std::span<T> out, bool async) {
     static_assert(has_all_gather<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement all_gather on this transport");
-    const std::size_t n = in.size();
-    if (out.size() != n * world()) bad_size("all_gather", out.size(), n * world());
-    return run(plain<T>(collective::all_gather, n, -1), async,
-               [i = bytes(in), o = bytes(out), n](ctx_t& c) {
-                 if constexpr (has_all_gather<Algorithm, Transport>)
-                   Algorithm::all_gather(c, i, o, n);
-               });
+    return moving(plain<T>(collective::all_gather, in.size(), -1), bytes(in), in.size(), bytes(out),
+                  out.size(), -1, async);
   }
   template <class T>
   work all_gather_in_place(std::span<T> buf, bool async) {
@@ -110,97 +102,37 @@ class communicator_base {
   work gather_impl(std::span<const T> in, std::span<T> out, int root, bool async) {
     static_assert(has_gather<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement gather on this transport");
-    check_root("gather", root);
-    const std::size_t n = in.size();
-    if (rank() == root && out.size() != n * world()) bad_size("gather", out.size(), n * world());
-    bytes_out o = rank() == root ? bytes(out) : nullptr;
-    return run(plain<T>(collective::gather, n, root), async, [i = bytes(in), o, n, root](ctx_t& c) {
-      if constexpr (has_gather<Algorithm, Transport>) Algorithm::gather(c, i, o, n, root);
-    });
+    return moving(plain<T>(collective::gather, in.size(), root), bytes(in), in.size(), bytes(out),
+                  out.size(), root, async);
   }
 
   template <class T>
   work scatter_impl(std::span<const T> in, std::span<T> out, int root, bool async) {
     static_assert(has_scatter<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement scatter on this transport");
-    check_root("scatter", root);
-    const std::size_t n = out.size();
-    if (rank() == root && in.size() != n * world()) bad_size("scatter", in.size(), n * world());
-    bytes_in i = rank() == root ? bytes(in) : nullptr;
-    return run(plain<T>(collective::scatter, n, root), async,
-               [i, o = bytes(out), n, root](ctx_t& c) {
-                 if constexpr (has_scatter<Algorithm, Transport>)
-                   Algorithm::scatter(c, i, o, n, root);
-               });
-  }
-
-  template <class T, class Op>
-  work reduce_scatter_impl(std::span<const T> in, std::span<T> out, Op, bool async) {
-    check_reducible<Op, T>();
-    static_assert(has_reduce_scatter<Algorithm, Transport>,
-                  "tutti: this algorithm policy does not implement reduce_scatter on this "
-                  "transport");
-    const std::size_t n = out.size();
-    if (in.size() != n * world()) bad_size("reduce_scatter", in.size(), n * world());
-    return run(with<T, Op>(collective::reduce_scatter, n, -1), async,
-               [i = bytes(in), o = bytes(out), n](ctx_t& c) {
-                 if constexpr (has_reduce_scatter<Algorithm, Transport>)
-                   Algorithm::reduce_scatter(c, i, o, n);
-                 c.info().red.finish(o, n, c.size());
-               });
+    return moving(plain<T>(collective::scatter, out.size(), root), bytes(in), in.size(), bytes(out),
+                  out.size(), root, async);
   }
 
   template <class T>
   work all_to_all_impl(std::span<const T> in, std::span<T> out, bool async) {
     static_assert(has_all_to_all<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement all_to_all on this transport");
-    if (in.size() % world() != 0) bad_size("all_to_all", in.size());
-    if (out.size() != in.size()) bad_size("all_to_all", out.size(), in.size());
-    const std::size_t n = in.size() / world();
-    return run(plain<T>(collective::all_to_all, n, -1), async,
-               [i = bytes(in), o = bytes(out), n](ctx_t& c) {
-                 if constexpr (has_all_to_all<Algorithm, Transport>)
-                   Algorithm::all_to_all(c, i, o, n);
-               });
+    return moving(plain<T>(collective::all_to_all, in.size() / world(), -1), bytes(in), in.size(),
+                  bytes(out), out.size(), -1, async);
   }
 
-  template <class T>
-  work vector_impl(collective kind, std::span<const T> in, std::span<T> out,
-                   std::span<const std::size_t> counts, int root, bool async) {
-    const char* what = name(kind).data();
-    if (counts.size() != world())
-      fail_arg(what, "counts has " + std::to_string(counts.size()) + " entries for " +
-                         std::to_string(world()) + " ranks");
-    if (root >= 0 || kind != collective::all_gatherv) check_root(what, root);
-    std::size_t total = 0;
-    for (auto c : counts) total += c;
-    const auto me = static_cast<std::size_t>(rank());
-    const bool gathers = kind != collective::scatterv;
-    const bool holds_all = kind == collective::all_gatherv || rank() == root;
-    if (gathers && in.size() != counts[me]) bad_size(what, in.size(), counts[me]);
-    if (!gathers && out.size() != counts[me]) bad_size(what, out.size(), counts[me]);
-    if (holds_all && (gathers ? out.size() : in.size()) != total)
-      bad_size(what, gathers ? out.size() : in.size(), total);
-    std::vector<std::size_t> cv(counts.begin(), counts.end());
-    call_spec spec = plain<T>(kind, hash_counts(counts), root);
-    bytes_in i = gathers || holds_all ? bytes(in) : nullptr;
-    bytes_out o = !gathers || holds_all ? bytes(out) : nullptr;
-    return run(spec, async, [kind, i, o, cv = std::move(cv), root](ctx_t& c) {
-      const std::span<const std::size_t> cs(cv);
-      if (kind == collective::all_gatherv) {
-        static_assert(has_all_gatherv<Algorithm, Transport>,
-                      "tutti: this algorithm policy does not implement all_gatherv");
-        if constexpr (has_all_gatherv<Algorithm, Transport>) Algorithm::all_gatherv(c, i, o, cs);
-      } else if (kind == collective::gatherv) {
-        static_assert(has_gatherv<Algorithm, Transport>,
-                      "tutti: this algorithm policy does not implement gatherv");
-        if constexpr (has_gatherv<Algorithm, Transport>) Algorithm::gatherv(c, i, o, cs, root);
-      } else {
-        static_assert(has_scatterv<Algorithm, Transport>,
-                      "tutti: this algorithm policy does not implement scatterv");
-        if constexpr (has_scatterv<Algorithm, Transport>) Algorithm::scatterv(c, i, o, cs, root);
-      }
-    });
+  template <collective Kind, class T>
+  work vector_impl(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts,
+                   int root, bool async) {
+    static_assert(Kind != collective::all_gatherv || has_all_gatherv<Algorithm, Transport>,
+                  "tutti: this algorithm policy does not implement all_gatherv");
+    static_assert(Kind != collective::gatherv || has_gatherv<Algorithm, Transport>,
+                  "tutti: this algorithm policy does not implement gatherv");
+    static_assert(Kind != collective::scatterv || has_scatterv<Algorithm, Transport>,
+                  "tutti: this algorithm policy does not implement scatterv");
+    return vector_bytes(plain<T>(Kind, 0, root), bytes(in), in.size(), bytes(out), out.size(),
+                        counts, async);
   }
 
   template <class T>
@@ -208,21 +140,8 @@ class communicator_base {
                         std::span<const std::size_t> rc, bool async) {
     static_assert(has_all_to_allv<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement all_to_allv on this transport");
-    if (sc.size() != world() || rc.size() != world())
-      fail_arg("all_to_allv", "send_counts and recv_counts need one entry per rank");
-    std::size_t st = 0, rt = 0;
-    for (auto c : sc) st += c;
-    for (auto c : rc) rt += c;
-    if (in.size() != st) bad_size("all_to_allv", in.size(), st);
-    if (out.size() != rt) bad_size("all_to_allv", out.size(), rt);
-    // Counts differ per rank by design: each pair's sizes are checked on its messages.
-    return run(plain<T>(collective::all_to_allv, 0, -1), async,
-               [i = bytes(in), o = bytes(out), s = std::vector<std::size_t>(sc.begin(), sc.end()),
-                r = std::vector<std::size_t>(rc.begin(), rc.end())](ctx_t& c) {
-                 if constexpr (has_all_to_allv<Algorithm, Transport>)
-                   Algorithm::all_to_allv(c, i, std::span<const std::size_t>(s), o,
-                                          std::span<const std::size_t>(r));
-               });
+    return all_to_allv_bytes(plain<T>(collective::all_to_allv, 0, -1), bytes(in), in.size(), sc,
+                             bytes(out), out.size(), rc, async);
   }
 
   work barrier_impl(bool async) {
@@ -304,6 +223,144 @@ class communicator_base {
     if (root < 0 || root >= size())
       fail_arg(what, "root " + std::to_string(root) + " is not a rank in [0, " +
                          std::to_string(size()) + ")");
+  }
+
+  /// all_reduce, reduce and reduce_scatter on bytes: sizes are in elements of spec.elem.
+  work reducing(const call_spec& spec, bytes_in i, std::size_t in_n, bytes_out o, std::size_t out_n,
+                int root, bool async) {
+    const collective k = spec.fp.coll;
+    const char* what = name(k).data();
+    if (k == collective::reduce) {
+      check_root(what, root);
+      if (rank() != root)
+        o = nullptr;
+      else if (out_n != in_n)
+        bad_size(what, out_n, in_n);
+    } else if (k == collective::reduce_scatter) {
+      if (in_n != out_n * world()) bad_size(what, in_n, out_n * world());
+    } else if (out_n != in_n) {
+      bad_size(what, out_n, in_n);
+    }
+    const std::size_t n = k == collective::reduce_scatter ? out_n : in_n;
+    return run(spec, async, [k, i, o, n, root](ctx_t& c) {
+      if (k == collective::all_reduce) {
+        if constexpr (has_all_reduce<Algorithm, Transport>) Algorithm::all_reduce(c, i, o, n);
+      } else if (k == collective::reduce) {
+        if constexpr (has_reduce<Algorithm, Transport>) Algorithm::reduce(c, i, o, n, root);
+      } else {
+        if constexpr (has_reduce_scatter<Algorithm, Transport>)
+          Algorithm::reduce_scatter(c, i, o, n);
+      }
+      if (o != nullptr) c.info().red.finish(o, n, c.size());
+    });
+  }
+
+  /// broadcast (i == o), all_gather, gather, scatter and all_to_all on bytes.
+  work moving(const call_spec& spec, bytes_in i, std::size_t in_n, bytes_out o, std::size_t out_n,
+              int root, bool async) {
+    const collective k = spec.fp.coll;
+    const char* what = name(k).data();
+    if (k == collective::gather || k == collective::scatter || k == collective::broadcast)
+      check_root(what, root);
+    std::size_t n = in_n;
+    switch (k) {
+      case collective::all_gather:
+        if (out_n != in_n * world()) bad_size(what, out_n, in_n * world());
+        break;
+      case collective::gather:
+        if (rank() == root && out_n != in_n * world()) bad_size(what, out_n, in_n * world());
+        if (rank() != root) o = nullptr;
+        break;
+      case collective::scatter:
+        n = out_n;
+        if (rank() == root && in_n != out_n * world()) bad_size(what, in_n, out_n * world());
+        if (rank() != root) i = nullptr;
+        break;
+      case collective::all_to_all:
+        if (in_n % world() != 0) bad_size(what, in_n);
+        if (out_n != in_n) bad_size(what, out_n, in_n);
+        n = in_n / world();
+        break;
+      default:  // broadcast: one buffer
+        break;
+    }
+    return run(spec, async, [k, i, o, n, root](ctx_t& c) {
+      switch (k) {
+        case collective::broadcast:
+          if constexpr (has_broadcast<Algorithm, Transport>) Algorithm::broadcast(c, o, n, root);
+          break;
+        case collective::all_gather:
+          if constexpr (has_all_gather<Algorithm, Transport>) Algorithm::all_gather(c, i, o, n);
+          break;
+        case collective::gather:
+          if constexpr (has_gather<Algorithm, Transport>) Algorithm::gather(c, i, o, n, root);
+          break;
+        case collective::scatter:
+          if constexpr (has_scatter<Algorithm, Transport>) Algorithm::scatter(c, i, o, n, root);
+          break;
+        default:
+          if constexpr (has_all_to_all<Algorithm, Transport>) Algorithm::all_to_all(c, i, o, n);
+          break;
+      }
+    });
+  }
+
+  /// all_gatherv, gatherv and scatterv on bytes.
+  work vector_bytes(call_spec spec, bytes_in i, std::size_t in_n, bytes_out o, std::size_t out_n,
+                    std::span<const std::size_t> counts, bool async) {
+    const collective kind = spec.fp.coll;
+    const int root = spec.fp.root;
+    const char* what = name(kind).data();
+    if (counts.size() != world())
+      fail_arg(what, "counts has " + std::to_string(counts.size()) + " entries for " +
+                         std::to_string(world()) + " ranks");
+    if (root >= 0 || kind != collective::all_gatherv) check_root(what, root);
+    std::size_t total = 0;
+    for (auto c : counts) total += c;
+    const auto me = static_cast<std::size_t>(rank());
+    const bool gathers = kind != collective::scatterv;
+    const bool holds_all = kind == collective::all_gatherv || rank() == root;
+    if (gathers && in_n != counts[me]) bad_size(what, in_n, counts[me]);
+    if (!gathers && out_n != counts[me]) bad_size(what, out_n, counts[me]);
+    if (holds_all && (gathers ? out_n : in_n) != total)
+      bad_size(what, gathers ? out_n : in_n, total);
+    spec.fp.count = hash_counts(counts);
+    if (!(gathers || holds_all)) i = nullptr;
+    if (!(!gathers || holds_all)) o = nullptr;
+    return run(
+        spec, async,
+        [kind, i, o, cv = std::vector<std::size_t>(counts.begin(), counts.end()), root](ctx_t& c) {
+          const std::span<const std::size_t> cs(cv);
+          if (kind == collective::all_gatherv) {
+            if constexpr (has_all_gatherv<Algorithm, Transport>)
+              Algorithm::all_gatherv(c, i, o, cs);
+          } else if (kind == collective::gatherv) {
+            if constexpr (has_gatherv<Algorithm, Transport>) Algorithm::gatherv(c, i, o, cs, root);
+          } else {
+            if constexpr (has_scatterv<Algorithm, Transport>)
+              Algorithm::scatterv(c, i, o, cs, root);
+          }
+        });
+  }
+
+  work all_to_allv_bytes(const call_spec& spec, bytes_in i, std::size_t in_n,
+                         std::span<const std::size_t> sc, bytes_out o, std::size_t out_n,
+                         std::span<const std::size_t> rc, bool async) {
+    if (sc.size() != world() || rc.size() != world())
+      fail_arg("all_to_allv", "send_counts and recv_counts need one entry per rank");
+    std::size_t st = 0, rt = 0;
+    for (auto c : sc) st += c;
+    for (auto c : rc) rt += c;
+    if (in_n != st) bad_size("all_to_allv", in_n, st);
+    if (out_n != rt) bad_size("all_to_allv", out_n, rt);
+    // Counts differ per rank by design: each pair's sizes are checked on its messages.
+    return run(spec, async,
+               [i, o, s = std::vector<std::size_t>(sc.begin(), sc.end()),
+                r = std::vector<std::size_t>(rc.begin(), rc.end())](ctx_t& c) {
+                 if constexpr (has_all_to_allv<Algorithm, Transport>)
+                   Algorithm::all_to_allv(c, i, std::span<const std::size_t>(s), o,
+                                          std::span<const std::size_t>(r));
+               });
   }
 
   /// Numbers the call, then runs it now (after queued async calls) or queues it.
