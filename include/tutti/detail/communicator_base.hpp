@@ -243,6 +243,7 @@ class communicator_base {
     }
     const std::size_t n = k == collective::reduce_scatter ? out_n : in_n;
     return run(spec, async, [k, i, o, n, root](ctx_t& c) {
+      (void)root;  // unused where the policy has no reduce
       if (k == collective::all_reduce) {
         if constexpr (has_all_reduce<Algorithm, Transport>) Algorithm::all_reduce(c, i, o, n);
       } else if (k == collective::reduce) {
@@ -285,6 +286,7 @@ class communicator_base {
         break;
     }
     return run(spec, async, [k, i, o, n, root](ctx_t& c) {
+      (void)root;  // unused where the policy has none of broadcast, gather, scatter
       switch (k) {
         case collective::broadcast:
           if constexpr (has_broadcast<Algorithm, Transport>) Algorithm::broadcast(c, o, n, root);
@@ -330,6 +332,7 @@ class communicator_base {
     return run(
         spec, async,
         [kind, i, o, cv = std::vector<std::size_t>(counts.begin(), counts.end()), root](ctx_t& c) {
+          (void)root;  // unused where the policy has neither gatherv nor scatterv
           const std::span<const std::size_t> cs(cv);
           if (kind == collective::all_gatherv) {
             if constexpr (has_all_gatherv<Algorithm, Transport>)
