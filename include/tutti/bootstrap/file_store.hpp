@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -297,5 +298,25 @@ class file_store final : public store {
   std::uint64_t parsed_ = 0;  // file offset up to which records are parsed into data_
   std::map<std::string, std::vector<std::byte>, std::less<>> data_;
 };
+
+/// $TMPDIR/tutti-<uid> (or /tmp/...), mode 0700, owned by this user: made if missing, refused
+/// (errc::transport_failure) if anyone else could read or replace it. Local rendezvous files
+/// (shm's and gloo's, when no MASTER_ADDR store can be used) live here.
+[[nodiscard]] inline std::string private_dir() {
+  const char* env = std::getenv("TMPDIR");
+  const std::string base = env != nullptr && *env != '\0' ? env : "/tmp";
+  std::string dir = base + "/tutti-" + std::to_string(::geteuid());
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    detail::store_fail(errc::transport_failure, "mkdir " + dir + ": " + detail::store_errno(errno));
+  struct stat info {};
+  if (::lstat(dir.c_str(), &info) != 0)
+    detail::store_fail(errc::transport_failure, "lstat " + dir + ": " + detail::store_errno(errno));
+  if (!S_ISDIR(info.st_mode) || info.st_uid != ::geteuid() || (info.st_mode & 077) != 0)
+    detail::store_fail(errc::transport_failure,
+                       dir +
+                           " is not a directory private to this user: refusing to rendezvous "
+                           "through it (remove it, or set TMPDIR)");
+  return dir;
+}
 
 }  // namespace tutti::bootstrap

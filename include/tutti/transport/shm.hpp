@@ -351,7 +351,7 @@ class shm {
       return join_through(*st, key, w.rank, w.size, opts);
     }
     const std::string path =
-        private_dir() + "/" + bootstrap::local_job_key() + "." + key.substr(10);
+        bootstrap::private_dir() + "/" + bootstrap::local_job_key() + "." + key.substr(10);
     bootstrap::file_store st(path, opts.timeout);
     shm t = join_through(st, key, w.rank, w.size, opts);
     if (w.rank == 0) ::unlink(path.c_str());  // everyone attached: nobody reads it again
@@ -405,24 +405,6 @@ class shm {
     return join(
         rank, size, [&](const std::string& name) { st.set_string(key, name); },
         [&] { return st.get_string(key, opts.timeout); }, opts);
-  }
-
-  /// $TMPDIR/tutti-<uid> (or /tmp/...), mode 0700, owned by this user: made if missing,
-  /// refused if anyone else could read or replace it.
-  [[nodiscard]] static std::string private_dir() {
-    std::string base = detail::env_string("TMPDIR");
-    if (base.empty()) base = "/tmp";
-    std::string dir = base + "/tutti-" + std::to_string(::geteuid());
-    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
-      detail::shm_fail_errno(-1, "mkdir " + dir, errno);
-    struct stat info {};
-    if (::lstat(dir.c_str(), &info) != 0) detail::shm_fail_errno(-1, "lstat " + dir, errno);
-    if (!S_ISDIR(info.st_mode) || info.st_uid != ::geteuid() || (info.st_mode & 077) != 0)
-      detail::shm_fail(errc::transport_failure, -1,
-                       dir +
-                           " is not a directory private to this user: refusing to rendezvous "
-                           "through it (remove it, or set TMPDIR)");
-    return dir;
   }
 
   [[nodiscard]] bool closed(int q) const noexcept {

@@ -1,0 +1,143 @@
+#pragma once
+// Ranks as forked processes for the fault tests (not tutti::spawn, which stops the survivors as
+// soon as one rank dies): run_ranks forks them, a report in shared memory carries what each
+// caught, temp_dir gives each world a fresh file:// store.
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include <tutti/core/error.hpp>
+
+namespace fork_ranks {
+
+using clock_type = std::chrono::steady_clock;
+
+inline long long now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now().time_since_epoch())
+      .count();
+}
+
+/// What the ranks tell the test, in memory shared across fork.
+struct report {
+  std::atomic<long long> died_ns{0};
+  std::atomic<int> pids[8] = {};
+  std::atomic<int> kind[8] = {};  // tutti::errc of the error caught, 0 for none
+  std::atomic<int> peer[8] = {};
+  std::atomic<long long> caught_ns[8] = {};
+  char segment[64] = {};
+};
+
+class shared_report {
+ public:
+  shared_report() {
+    void* p =
+        mmap(nullptr, sizeof(report), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(p != MAP_FAILED);
+    r_ = new (p) report;
+  }
+  shared_report(const shared_report&) = delete;
+  shared_report& operator=(const shared_report&) = delete;
+  ~shared_report() { munmap(r_, sizeof(report)); }
+  report* operator->() const noexcept { return r_; }
+
+ private:
+  report* r_;
+};
+
+/// A fresh directory for one world's file store, removed afterwards.
+class temp_dir {
+ public:
+  temp_dir() {
+    std::string t = (std::filesystem::temp_directory_path() / "tutti-test-XXXXXX").string();
+    REQUIRE(mkdtemp(t.data()) != nullptr);
+    path_ = t;
+  }
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+  ~temp_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  [[nodiscard]] std::string url(const std::string& name = "store") const {
+    return "file://" + path_ + "/" + name;
+  }
+
+ private:
+  std::string path_;
+};
+
+/// Forks n ranks running body(rank); returns their wait statuses. Any rank still running after
+/// `limit` is killed (and the test fails on its status).
+inline std::vector<int> run_ranks(int n, const std::function<int(int)>& body,
+                                  std::chrono::seconds limit = std::chrono::seconds(60)) {
+  std::fflush(nullptr);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      int code = 99;
+      try {
+        code = body(r);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: unexpected exception: %s\n", r, e.what());
+        code = 98;
+      }
+      std::fflush(nullptr);
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> status(static_cast<std::size_t>(n), -1);
+  const auto deadline = clock_type::now() + limit;
+  std::size_t left = pids.size();
+  while (left > 0) {
+    for (std::size_t i = 0; i < pids.size(); ++i) {
+      if (status[i] != -1) continue;
+      int st = 0;
+      if (waitpid(pids[i], &st, WNOHANG) == pids[i]) {
+        status[i] = st;
+        --left;
+      }
+    }
+    if (left > 0 && clock_type::now() > deadline)
+      for (std::size_t i = 0; i < pids.size(); ++i)
+        if (status[i] == -1) kill(pids[i], SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return status;
+}
+
+inline bool exited_with(int status, int code) {
+  return WIFEXITED(status) && WEXITSTATUS(status) == code;
+}
+
+template <class Fn>
+int expect_error(report* rep, int rank, Fn&& fn) {
+  try {
+    fn();
+  } catch (const tutti::error& e) {
+    rep->caught_ns[rank] = now_ns();
+    rep->kind[rank] = static_cast<int>(e.kind());
+    rep->peer[rank] = e.peer();
+    return 0;
+  }
+  return 1;  // no error: the test fails on this exit code
+}
+
+}  // namespace fork_ranks
