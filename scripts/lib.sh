@@ -8,7 +8,7 @@ export TUTTI_ROOT
 # Debian/Ubuntu packages the build needs.
 # openmpi: the side-by-side benchmark and the mpirun launcher test.
 TUTTI_APT_PACKAGES=(build-essential cmake doctest-dev libbenchmark-dev git ca-certificates
-  openmpi-bin libopenmpi-dev)
+  openmpi-bin libopenmpi-dev libgloo-dev redis-server iproute2)
 TUTTI_MIN_CMAKE=3.25
 
 tutti_step() { printf '\n==> %s\n' "$*"; }
@@ -23,7 +23,7 @@ tutti_ensure_deps() {
   tutti_step "checking build dependencies"
   if ! command -v dpkg >/dev/null 2>&1; then
     tutti_info "dpkg not found (not Debian/Ubuntu): not installing anything;"
-    tutti_info "need: a C++20 compiler, CMake >= ${TUTTI_MIN_CMAKE}, doctest, Google Benchmark"
+    tutti_info "need: a C++20 compiler, CMake >= ${TUTTI_MIN_CMAKE}, doctest, Google Benchmark, Gloo (libgloo-dev); optional: redis-server, iproute2, Open MPI"
   else
     local missing=() pkg
     for pkg in "${TUTTI_APT_PACKAGES[@]}"; do

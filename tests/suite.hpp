@@ -316,18 +316,19 @@ void moving_sweep(Comm& comm, failures& f) {
   if constexpr (tutti::detail::has_barrier<P, tr>) comm.barrier();
 }
 
-/// The whole sweep on `comm`, for policy P (which must be comm's algorithm).
-template <class P, class Comm>
+/// The whole sweep on `comm`, for policy P (which must be comm's algorithm), over the element
+/// types in the tuple `Types` (default: all of them).
+template <class P, class Types = all_types, class Comm>
 void run_suite(Comm& comm, failures& f) {
   using tr = typename Comm::transport_type;
-  for_each_type<all_types>([&]<class T>() {
+  for_each_type<Types>([&]<class T>() {
     moving_sweep<P, T>(comm, f);
     for_each_type<all_ops>([&]<class Op>() {
       if constexpr (tutti::reducible<Op, T>) reducing_sweep<P, T, Op>(comm, f);
     });
   });
   if (large_here(comm.size())) {
-    for_each_type<all_types>([&]<class T>() {
+    for_each_type<Types>([&]<class T>() {
       if constexpr (large_type<T>) {
         for (bool in_place : {false, true}) {
           if constexpr (tutti::detail::has_all_reduce<P, tr>)

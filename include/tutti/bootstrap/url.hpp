@@ -20,6 +20,9 @@
 #include <tutti/bootstrap/file_store.hpp>
 #include <tutti/bootstrap/store.hpp>
 #include <tutti/bootstrap/tcp_store.hpp>
+#if defined(TUTTI_HAVE_GLOO)
+#include <tutti/bootstrap/redis_store.hpp>
+#endif
 #include <tutti/core/error.hpp>
 #include <tutti/core/options.hpp>
 
@@ -129,7 +132,7 @@ namespace tutti::bootstrap {
 ///   env://                      MASTER_ADDR / MASTER_PORT from the environment
 ///   tcp://host:port[?k=v&...]   a tcp_store (host may be [IPv6] literal; parse only)
 ///   file:///abs/path[?k=v&...]  a file_store on that path
-///   redis://host:port[?k=v&...] parsed only: make_store has no redis store
+///   redis://host:port[?k=v&...] (make_store: with the tutti::gloo component)
 /// Raises errc::invalid_argument, with the URL in the message, for no scheme, an unknown
 /// scheme, a missing, non-numeric or out-of-range port, an empty host, a relative file path,
 /// a host or path given to env://, a bad percent escape or an empty query key.
@@ -221,7 +224,7 @@ namespace tutti::bootstrap {
 ///   tcp://host:port  -> tcp_store(host, port, rank == 0, timeout)
 ///   file:///path     -> file_store(path, timeout)
 ///   env://           -> env_store(rank, timeout): the process-wide MASTER_ADDR:MASTER_PORT store
-///   redis://         -> errc::invalid_argument: it needs the tutti::gloo component
+///   redis://         -> redis_store (with the tutti::gloo component; else errc::invalid_argument)
 [[nodiscard]] inline std::shared_ptr<store> make_store(
     const init_url& url, int rank, std::chrono::milliseconds timeout = default_timeout()) {
   if (rank < 0)
@@ -230,9 +233,15 @@ namespace tutti::bootstrap {
     return std::make_shared<tcp_store>(url.host, url.port, rank == 0, timeout);
   if (url.scheme == "file") return std::make_shared<file_store>(url.path, timeout);
   if (url.scheme == "env") return env_store(rank, timeout);
-  if (url.scheme == "redis")
+  if (url.scheme == "redis") {
+#if defined(TUTTI_HAVE_GLOO)
+    return std::make_shared<redis_store>(url.host, url.port, timeout);
+#else
     detail::store_fail(errc::invalid_argument,
-                       "make_store: redis:// needs the tutti::gloo component");
+                       "make_store: redis:// needs the tutti::gloo component (CMake: "
+                       "TUTTI_WITH_GLOO=ON, link tutti::gloo)");
+#endif
+  }
   detail::store_fail(errc::invalid_argument, "make_store: unknown scheme '" + url.scheme + "'");
 }
 

@@ -72,4 +72,43 @@ concept line_exchange =
 template <class T>
 concept host_transport = point_to_point<T> && std::same_as<typename T::memory_space, host_memory>;
 
+/// Transports whose backend runs collectives itself (Gloo's algorithms, NCCL's kernels):
+/// tutti::native delegates to them. One concept per collective; a backend offers a subset.
+template <class T>
+concept native_all_reduce =
+    requires(T& t, const detail::call& c, const std::byte* in, std::byte* out, std::size_t n,
+             detail::clock::time_point d) { t.native_all_reduce(c, in, out, n, d); };
+template <class T>
+concept native_reduce =
+    requires(T& t, const detail::call& c, const std::byte* in, std::byte* out, std::size_t n,
+             int root, detail::clock::time_point d) { t.native_reduce(c, in, out, n, root, d); };
+template <class T>
+concept native_broadcast =
+    requires(T& t, const detail::call& c, std::byte* buf, std::size_t n, int root,
+             detail::clock::time_point d) { t.native_broadcast(c, buf, n, root, d); };
+template <class T>
+concept native_all_gather =
+    requires(T& t, const detail::call& c, const std::byte* in, std::byte* out, std::size_t n,
+             detail::clock::time_point d) { t.native_all_gather(c, in, out, n, d); };
+template <class T>
+concept native_gather =
+    requires(T& t, const detail::call& c, const std::byte* in, std::byte* out, std::size_t n,
+             int root, detail::clock::time_point d) { t.native_gather(c, in, out, n, root, d); };
+template <class T>
+concept native_scatter =
+    requires(T& t, const detail::call& c, const std::byte* in, std::byte* out, std::size_t n,
+             int root, detail::clock::time_point d) { t.native_scatter(c, in, out, n, root, d); };
+template <class T>
+concept native_all_to_all =
+    requires(T& t, const detail::call& c, const std::byte* in, std::byte* out, std::size_t n,
+             detail::clock::time_point d) { t.native_all_to_all(c, in, out, n, d); };
+template <class T>
+concept native_barrier =
+    requires(T& t, const detail::call& c, detail::clock::time_point d) { t.native_barrier(c, d); };
+/// The transport runs at least one collective natively.
+template <class T>
+concept native_collectives =
+    native_all_reduce<T> || native_reduce<T> || native_broadcast<T> || native_all_gather<T> ||
+    native_gather<T> || native_scatter<T> || native_all_to_all<T> || native_barrier<T>;
+
 }  // namespace tutti

@@ -1,0 +1,728 @@
+#pragma once
+/// \file
+/// tutti::gloo: ranks anywhere on a TCP network, through Gloo's TCP transport (libgloo). Every
+/// tutti policy runs over its point-to-point messages (Gloo's unbound buffers on one connection
+/// per pair); tutti::native runs Gloo's own collectives. Needs the tutti::gloo CMake component
+/// (option TUTTI_WITH_GLOO; Debian: libgloo-dev).
+///
+/// Failure handling, on top of what Gloo offers:
+/// - every wait has the call's deadline, and wakes every 100-200 ms to look for an abort record
+///   or a mismatched call left in the store by another rank;
+/// - a peer whose connection closes (its process died) is reported at once by the ranks
+///   waiting on it, as errc::peer_lost naming it;
+/// - a rank that raises any error records why in the store and closes all its connections, so
+///   every other rank raises too, promptly, with the original cause;
+/// - messages of disagreeing calls travel on different slots and never match (see gloo_slot).
+
+#if !__has_include(<gloo/config.h>)
+#error \
+    "tutti/transport/gloo.hpp needs Gloo (Debian: libgloo-dev): link the tutti::gloo CMake component (configure tutti with -DTUTTI_WITH_GLOO=ON)"
+#else
+
+#include <gloo/config.h>
+#if !GLOO_HAVE_TRANSPORT_TCP
+#error "tutti::gloo needs a Gloo built with its TCP transport"
+#endif
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/gather.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/scatter.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include "tutti/bootstrap/env.hpp"
+#include "tutti/bootstrap/file_store.hpp"
+#include "tutti/bootstrap/store.hpp"
+#include "tutti/bootstrap/url.hpp"
+#include "tutti/core/error.hpp"
+#include "tutti/core/options.hpp"
+#include "tutti/detail/board.hpp"
+#include "tutti/detail/call.hpp"
+#include "tutti/detail/cost.hpp"
+#include "tutti/detail/gloo_support.hpp"
+#include "tutti/detail/wait.hpp"
+#include "tutti/transport/concepts.hpp"
+
+namespace tutti::detail {
+
+/// tutti's store as Gloo's rendezvous::Store, every key under `prefix`.
+class gloo_store_adapter final : public ::gloo::rendezvous::Store {
+ public:
+  gloo_store_adapter(bootstrap::store& s, std::string prefix, std::chrono::milliseconds timeout)
+      : s_(s), prefix_(std::move(prefix)), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    s_.set(prefix_ + key, std::as_bytes(std::span<const char>(data.data(), data.size())));
+  }
+  std::vector<char> get(const std::string& key) override {
+    const std::vector<std::byte> v = s_.get(prefix_ + key, timeout_);
+    const auto* p = reinterpret_cast<const char*>(v.data());
+    return {p, p + v.size()};
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    std::vector<std::string> full;
+    full.reserve(keys.size());
+    for (const auto& k : keys) full.push_back(prefix_ + k);
+    s_.wait(full, timeout);
+  }
+
+ private:
+  bootstrap::store& s_;
+  std::string prefix_;
+  std::chrono::milliseconds timeout_;
+};
+
+/// Interrupts a blocked Gloo wait once its slice ends (Gloo's own wait timeout would close
+/// every connection): the waiting thread arms it with the buffer and the slice's end, the
+/// waker thread calls abortWait*() then, and the waiting thread disarms it before the buffer
+/// can go away. Ticks every 50 ms; arming costs a mutex, never a wake-up.
+class gloo_waker {
+ public:
+  gloo_waker() : th_([this] { run(); }) {}
+  gloo_waker(const gloo_waker&) = delete;
+  gloo_waker& operator=(const gloo_waker&) = delete;
+  ~gloo_waker() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    th_.join();
+  }
+
+  void arm(::gloo::transport::UnboundBuffer* b, bool is_send, clock::time_point due) {
+    std::lock_guard lock(mu_);
+    buf_ = b;
+    is_send_ = is_send;
+    due_ = due;
+  }
+  void disarm() {
+    std::lock_guard lock(mu_);
+    buf_ = nullptr;
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(50));
+      if (buf_ != nullptr && clock::now() >= due_) {
+        if (is_send_)
+          buf_->abortWaitSend();
+        else
+          buf_->abortWaitRecv();
+        buf_ = nullptr;
+      }
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  ::gloo::transport::UnboundBuffer* buf_ = nullptr;
+  bool is_send_ = false;
+  bool stop_ = false;
+  clock::time_point due_{};
+  std::thread th_;  // last: starts once the rest exists
+};
+
+struct gloo_state {
+  std::shared_ptr<bootstrap::store> store;  // rendezvous, then abort and call records
+  std::string prefix;                       // "tutti/gloo/<n>/"
+  std::shared_ptr<::gloo::transport::Device> device;
+  std::shared_ptr<::gloo::rendezvous::Context> ctx;
+  int rank = 0;
+  int size = 1;
+  std::string address;              // what the device bound, for messages
+  std::string unlink_on_close;      // rank 0's rendezvous file, when one was used
+  bool aborted = false;             // this rank closed its connections
+  std::uint64_t published_seq = 0;  // last call record written
+  std::byte dummy{};                // a valid address for zero-byte buffers
+  /// Buffers whose operation completed, destroyed a few operations later: Gloo's loop
+  /// thread may still hold one for a moment after the wait returns, and destroying it then
+  /// spins (sched_yield) until it lets go — milliseconds when ranks outnumber cores.
+  std::deque<std::unique_ptr<::gloo::transport::UnboundBuffer>> retired;
+  gloo_waker waker;
+
+  gloo_state() = default;
+  gloo_state(const gloo_state&) = delete;
+  gloo_state& operator=(const gloo_state&) = delete;
+  ~gloo_state() {
+    if (!unlink_on_close.empty()) ::unlink(unlink_on_close.c_str());
+  }
+};
+
+}  // namespace tutti::detail
+
+namespace tutti {
+
+class gloo {
+ public:
+  using memory_space = host_memory;
+  /// Defaults for tutti::automatic, fitted on loopback (bench/RESULTS.md): every message is a
+  /// rendezvous over a TCP connection (tens of microseconds), bytes cross the kernel twice.
+  static constexpr cost_model costs{.alpha_us = 40.0,
+                                    .beta_us_per_byte = 1.0 / 1500.0,
+                                    .gamma_us_per_byte = 1.0 / 8000.0,
+                                    .segment_beta_us_per_byte = 1.0 / 1500.0};
+
+  /// A posted send or receive; waited on with `gloo::wait`. Destroyed unwaited (only while an
+  /// exception unwinds an algorithm), it aborts the world: Gloo cannot withdraw a posted
+  /// message, and a message arriving for a destroyed buffer would jam its connection.
+  class request {
+   public:
+    request() = default;
+    request(request&&) noexcept = default;
+    request& operator=(request&& o) noexcept {
+      if (this != &o) {
+        release();
+        buf_ = std::move(o.buf_);
+        s_ = std::move(o.s_);
+        peer_ = o.peer_;
+        is_send_ = o.is_send_;
+      }
+      return *this;
+    }
+    request(const request&) = delete;
+    request& operator=(const request&) = delete;
+    ~request() { release(); }
+
+   private:
+    friend class gloo;
+    void release() noexcept {
+      if (buf_ && s_)
+        abort_world(*s_, {errc::aborted, s_->rank, s_->rank, "a message was abandoned half done"});
+      buf_.reset();
+    }
+    std::unique_ptr<::gloo::transport::UnboundBuffer> buf_;
+    std::shared_ptr<detail::gloo_state> s_;
+    int peer_ = -1;
+    bool is_send_ = false;
+  };
+
+  explicit gloo(std::shared_ptr<detail::gloo_state> s) : s_(std::move(s)) {}
+
+  [[nodiscard]] int rank() const noexcept { return s_->rank; }
+  [[nodiscard]] int size() const noexcept { return s_->size; }
+  /// The address this rank's TCP device listens on.
+  [[nodiscard]] const std::string& address() const noexcept { return s_->address; }
+  /// Gloo's context, for running Gloo's own algorithms on tutti's connections. Gloo's legacy
+  /// algorithm classes (AllreduceRing and friends) set SO_SNDBUF on the connections they use
+  /// (which turns off the kernel's autotuning for every later message): prefer the free
+  /// functions (gloo::allreduce, ...), as tutti::native does.
+  [[nodiscard]] const std::shared_ptr<::gloo::rendezvous::Context>& context() const noexcept {
+    return s_->ctx;
+  }
+
+  [[nodiscard]] request isend(int peer, std::span<const std::byte> data, const detail::call& c,
+                              detail::space sp, std::uint64_t tag) {
+    return post(peer, const_cast<std::byte*>(data.data()), data.size(), c, sp, tag, true);
+  }
+  [[nodiscard]] request irecv(int peer, std::span<std::byte> data, const detail::call& c,
+                              detail::space sp, std::uint64_t tag) {
+    return post(peer, data.data(), data.size(), c, sp, tag, false);
+  }
+
+  /// Waits for `r` until `deadline`. Wakes every 100-200 ms to look for other ranks' aborts
+  /// and mismatched calls; a closed connection raises errc::peer_lost naming the peer.
+  void wait(request& r, const detail::call& c, detail::clock::time_point deadline) {
+    if (!r.buf_) return;
+    auto& st = *s_;
+    constexpr auto slice = std::chrono::milliseconds(100);
+    constexpr auto far = std::chrono::hours(24 * 365);
+    auto* b = r.buf_.get();
+    for (;;) {
+      bool done = false;
+      try {
+        st.waker.arm(b, r.is_send_, std::min(deadline, detail::clock::now() + slice));
+        done = r.is_send_ ? b->waitSend(nullptr, far) : b->waitRecv(nullptr, far);
+        st.waker.disarm();
+      } catch (const std::exception& e) {
+        st.waker.disarm();
+        r.buf_.reset();  // its pair is closed: nothing more can arrive for it
+        lost(c, r.peer_, e.what());
+      }
+      if (done) break;
+      poll(c, deadline, r.peer_);
+    }
+    st.retired.push_back(std::move(r.buf_));
+    if (st.retired.size() > 64) st.retired.pop_front();
+  }
+
+  /// Gloo's connections carry no call board; mismatches are checked on slow waits (poll).
+  void publish(const detail::call&) noexcept {}
+
+  // ---- native collectives (tutti::native), run by Gloo on the same connections -----------
+
+  void native_all_reduce(const detail::call& c, const std::byte* in, std::byte* out,
+                         std::size_t count, detail::clock::time_point deadline) {
+    copy_if_distinct(out, in, count * c.elem_size);
+    if (count == 0 || size() == 1) return;
+    native_run(c, deadline, [&](auto tag) {
+      using T = decltype(tag);
+      ::gloo::AllreduceOptions o(s_->ctx);
+      o.setOutput(reinterpret_cast<T*>(out), count);
+      o.setReduceFunction(reduce_fn(c));
+      o.setAlgorithm(::gloo::AllreduceOptions::Algorithm::RING);
+      o.setTag(detail::gloo_native_tag(c));
+      o.setTimeout(left(deadline));
+      ::gloo::allreduce(o);
+    });
+  }
+
+  void native_reduce(const detail::call& c, const std::byte* in, std::byte* out, std::size_t count,
+                     int root, detail::clock::time_point deadline) {
+    if (rank() == root) copy_if_distinct(out, in, count * c.elem_size);
+    if (count == 0 || size() == 1) return;
+    // Gloo's reduce writes scratch into the output of every rank: non-roots get their own.
+    std::vector<std::byte> tmp(rank() == root ? 0 : count * c.elem_size);
+    if (rank() != root) std::memcpy(tmp.data(), in, tmp.size());
+    std::byte* buf = rank() == root ? out : tmp.data();
+    native_run(c, deadline, [&](auto tag) {
+      using T = decltype(tag);
+      ::gloo::ReduceOptions o(s_->ctx);
+      o.setOutput(reinterpret_cast<T*>(buf), count);
+      o.setRoot(root);
+      o.setReduceFunction(reduce_fn(c));
+      o.setTag(detail::gloo_native_tag(c));
+      o.setTimeout(left(deadline));
+      ::gloo::reduce(o);
+    });
+  }
+
+  void native_broadcast(const detail::call& c, std::byte* buf, std::size_t count, int root,
+                        detail::clock::time_point deadline) {
+    if (count == 0 || size() == 1) return;
+    native_run(c, deadline, [&](auto tag) {
+      using T = decltype(tag);
+      ::gloo::BroadcastOptions o(s_->ctx);
+      o.setOutput(reinterpret_cast<T*>(buf), count);
+      o.setRoot(root);
+      o.setTag(detail::gloo_native_tag(c));
+      o.setTimeout(left(deadline));
+      ::gloo::broadcast(o);
+    });
+  }
+
+  void native_all_gather(const detail::call& c, const std::byte* in, std::byte* out,
+                         std::size_t count, detail::clock::time_point deadline) {
+    const std::size_t bytes = count * c.elem_size;
+    copy_if_distinct(out + static_cast<std::size_t>(rank()) * bytes, in, bytes);
+    if (count == 0 || size() == 1) return;
+    native_run(c, deadline, [&](auto tag) {
+      using T = decltype(tag);
+      ::gloo::AllgatherOptions o(s_->ctx);
+      // Gloo reads this rank's block from the output when no input is set.
+      o.setOutput(reinterpret_cast<T*>(out), count * static_cast<std::size_t>(size()));
+      o.setTag(detail::gloo_native_tag(c));
+      o.setTimeout(left(deadline));
+      ::gloo::allgather(o);
+    });
+  }
+
+  void native_gather(const detail::call& c, const std::byte* in, std::byte* out, std::size_t count,
+                     int root, detail::clock::time_point deadline) {
+    const std::size_t bytes = count * c.elem_size;
+    if (rank() == root) copy_if_distinct(out + static_cast<std::size_t>(root) * bytes, in, bytes);
+    if (count == 0 || size() == 1) return;
+    native_run(c, deadline, [&](auto tag) {
+      using T = decltype(tag);
+      ::gloo::GatherOptions o(s_->ctx);
+      o.setInput(const_cast<T*>(reinterpret_cast<const T*>(in)), count);
+      if (rank() == root)
+        o.setOutput(reinterpret_cast<T*>(out), count * static_cast<std::size_t>(size()));
+      o.setRoot(root);
+      o.setTag(detail::gloo_native_tag(c));
+      o.setTimeout(left(deadline));
+      ::gloo::gather(o);
+    });
+  }
+
+  void native_scatter(const detail::call& c, const std::byte* in, std::byte* out, std::size_t count,
+                      int root, detail::clock::time_point deadline) {
+    const std::size_t bytes = count * c.elem_size;
+    if (rank() == root) copy_if_distinct(out, in + static_cast<std::size_t>(root) * bytes, bytes);
+    if (count == 0 || size() == 1) return;
+    native_run(c, deadline, [&](auto tag) {
+      using T = decltype(tag);
+      ::gloo::ScatterOptions o(s_->ctx);
+      if (rank() == root) {
+        std::vector<T*> blocks;
+        blocks.reserve(static_cast<std::size_t>(size()));
+        for (int q = 0; q < size(); ++q)
+          blocks.push_back(
+              const_cast<T*>(reinterpret_cast<const T*>(in + static_cast<std::size_t>(q) * bytes)));
+        o.setInputs(blocks, count);
+      }
+      o.setOutput(reinterpret_cast<T*>(out), count);
+      o.setRoot(root);
+      o.setTag(detail::gloo_native_tag(c));
+      o.setTimeout(left(deadline));
+      ::gloo::scatter(o);
+    });
+  }
+
+  void native_all_to_all(const detail::call& c, const std::byte* in, std::byte* out,
+                         std::size_t count, detail::clock::time_point deadline) {
+    const std::size_t total = count * static_cast<std::size_t>(size());
+    if (size() == 1 || count == 0) {
+      copy_if_distinct(out, in, total * c.elem_size);
+      return;
+    }
+    // In place: Gloo reads its input while peers' blocks land in the output.
+    std::vector<std::byte> tmp(in == out ? total * c.elem_size : 0);
+    if (in == out) std::memcpy(tmp.data(), in, tmp.size());
+    const std::byte* src = in == out ? tmp.data() : in;
+    native_run(c, deadline, [&](auto tag) {
+      using T = decltype(tag);
+      ::gloo::AlltoallOptions o(s_->ctx);
+      o.setInput(const_cast<T*>(reinterpret_cast<const T*>(src)), total);
+      o.setOutput(reinterpret_cast<T*>(out), total);
+      o.setTag(detail::gloo_native_tag(c));
+      o.setTimeout(left(deadline));
+      ::gloo::alltoall(o);
+    });
+  }
+
+  void native_barrier(const detail::call& c, detail::clock::time_point deadline) {
+    if (size() == 1) return;
+    native_run(c, deadline, [&](auto) {
+      ::gloo::BarrierOptions o(s_->ctx);
+      o.setTag(detail::gloo_native_tag(c));
+      o.setTimeout(left(deadline));
+      ::gloo::barrier(o);
+    });
+  }
+
+  // ---- joining a world ------------------------------------------------------------------
+
+  /// This rank's endpoint, from the launcher's environment (torchrun, Open MPI, MPICH, Slurm,
+  /// tutti::spawn: see bootstrap/env.hpp). Ranks meet through the store at
+  /// MASTER_ADDR:MASTER_PORT (rank 0 serves it); when every rank is on this host and no such
+  /// store can be used (mpirun, srun, torchrun's agent store), through a file private to this
+  /// user. The device binds TUTTI_SOCKET_IFNAME's address, else the one that reaches
+  /// MASTER_ADDR.
+  [[nodiscard]] static gloo from_env(const options& opts = {}) {
+    const bootstrap::world_info w = bootstrap::world_from_env();
+    const std::string key = next_key();
+    if (!w.master_addr.empty() && w.master_port > 0 && !w.agent_store) {
+      auto st = bootstrap::env_store(w.rank, opts.timeout);
+      return connect(std::move(st), key, w.rank, w.size, w.master_addr, w.master_port, opts);
+    }
+    if (w.local_size != w.size)
+      throw error(errc::invalid_argument, "", 0, w.rank, -1,
+                  "tutti::gloo across hosts needs a store: set MASTER_ADDR and MASTER_PORT "
+                  "(rank 0 serves it), or use communicator<gloo>::from_url with tcp:// or "
+                  "redis://" +
+                      std::string(w.agent_store ? " (torchrun's agent store speaks torch's own "
+                                                  "protocol, which tutti does not)"
+                                                : ""));
+    const std::string path = bootstrap::private_dir() + "/" + bootstrap::local_job_key() +
+                             ".gloo." + key.substr(std::string_view("tutti/gloo/").size());
+    auto st = std::make_shared<bootstrap::file_store>(path, opts.timeout);
+    gloo t = connect(std::move(st), key, w.rank, w.size, "", -1, opts);
+    if (w.rank == 0) t.s_->unlink_on_close = path;
+    return t;
+  }
+
+  /// This rank's endpoint, meeting the others through the store an init URL names:
+  /// `tcp://host:port` (rank 0 serves), `redis://host:port`, `file:///path`, `env://`.
+  [[nodiscard]] static gloo from_url(std::string_view url, int rank, int size,
+                                     const options& opts = {}) {
+    const auto u = bootstrap::parse_init_url(url);
+    auto st = bootstrap::make_store(u, rank, opts.timeout);
+    std::string host = u.host;
+    int port = u.port;
+    if (u.scheme == "env") {
+      const bootstrap::world_info w = bootstrap::world_from_env();
+      host = w.master_addr;
+      port = w.master_port;
+    }
+    return connect(std::move(st), next_key(), rank, size, host, port, opts);
+  }
+
+  /// Joins the world of `size` ranks whose rendezvous runs through `st` under `key`.
+  /// `route_host` (may be empty) picks the local address when TUTTI_SOCKET_IFNAME is unset.
+  [[nodiscard]] static gloo connect(std::shared_ptr<bootstrap::store> st, const std::string& key,
+                                    int rank, int size, const std::string& route_host,
+                                    int route_port, const options& opts = {}) {
+    if (size < 1 || rank < 0 || rank >= size)
+      throw error(errc::invalid_argument, "", 0, rank, -1,
+                  "tutti::gloo: rank " + std::to_string(rank) + " is not in a world of " +
+                      std::to_string(size));
+    auto s = std::make_shared<detail::gloo_state>();
+    s->store = std::move(st);
+    s->prefix = key + "/";
+    s->rank = rank;
+    s->size = size;
+    ::gloo::transport::tcp::attr attr;
+    const std::string iface = detail::env_string("TUTTI_SOCKET_IFNAME");
+    std::string why;
+    if (!iface.empty()) {
+      if (!detail::interface_exists(iface))
+        throw error(errc::invalid_argument, "", 0, rank, -1,
+                    "TUTTI_SOCKET_IFNAME=" + iface + ": no such network interface here");
+      attr.iface = iface;
+      why = "TUTTI_SOCKET_IFNAME=" + iface;
+    } else if (!route_host.empty()) {
+      attr.hostname = detail::local_address_towards(route_host, route_port);
+      if (attr.hostname.empty())
+        throw error(errc::invalid_argument, "", 0, rank, -1,
+                    "tutti::gloo: no local address reaches " + route_host +
+                        " (set TUTTI_SOCKET_IFNAME to the interface to use)");
+      why = "the address that reaches " + route_host;
+    } else {
+      attr.hostname = "127.0.0.1";
+      why = "loopback: every rank is on this host";
+    }
+    try {
+      s->device = ::gloo::transport::tcp::CreateDevice(attr);
+      s->address = s->device->str();
+      if (detail::gloo_log_info())
+        std::fprintf(stderr, "tutti[gloo] rank %d/%d: TCP device %s (%s)\n", rank, size,
+                     s->address.c_str(), why.c_str());
+      s->ctx = std::make_shared<::gloo::rendezvous::Context>(rank, size);
+      s->ctx->setTimeout(opts.timeout);
+      detail::gloo_store_adapter adapter(*s->store, s->prefix, opts.timeout);
+      s->ctx->connectFullMesh(adapter, s->device);
+    } catch (const error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw error(errc::transport_failure, "", 0, rank, -1,
+                  std::string("tutti::gloo: could not connect the world: ") + e.what());
+    }
+    return gloo(std::move(s));
+  }
+
+ private:
+  request post(int peer, std::byte* p, std::size_t bytes, const detail::call& c, detail::space sp,
+               std::uint64_t tag, bool is_send) {
+    auto& st = *s_;
+    if (peer < 0 || peer >= size() || peer == rank())
+      throw error(errc::invalid_argument, c.name_str(), c.seq, rank(), peer,
+                  "peer must be another rank in [0, " + std::to_string(size()) + ")");
+    if (st.aborted) raise_aborted(c, peer);
+    request r;
+    r.s_ = s_;
+    r.peer_ = peer;
+    r.is_send_ = is_send;
+    const std::uint64_t slot = detail::gloo_slot(c, sp, tag, bytes);
+    try {
+      r.buf_ = st.ctx->createUnboundBuffer(bytes == 0 ? &st.dummy : p, bytes);
+      if (is_send)
+        r.buf_->send(peer, slot, 0, bytes);
+      else
+        r.buf_->recv(peer, slot, 0, bytes);
+    } catch (const std::exception& e) {
+      r.buf_.reset();  // never posted
+      lost(c, peer, e.what());
+    }
+    return r;
+  }
+
+  /// Runs a Gloo collective with a type of the call's element size (Gloo sizes its segments
+  /// in elements); translates Gloo's failures.
+  template <class F>
+  void native_run(const detail::call& c, detail::clock::time_point deadline, F&& f) {
+    auto& st = *s_;
+    if (st.aborted) raise_aborted(c, -1);
+    struct b16 {
+      std::byte b[16];
+    };
+    try {
+      switch (c.elem_size) {
+        case 1:
+          f(std::uint8_t{});
+          break;
+        case 2:
+          f(std::uint16_t{});
+          break;
+        case 4:
+          f(std::uint32_t{});
+          break;
+        case 8:
+          f(std::uint64_t{});
+          break;
+        default:
+          f(b16{});
+          break;
+      }
+    } catch (const error&) {
+      throw;
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      if (detail::clock::now() >= deadline) {
+        const std::string text = "timed out in Gloo's " + c.name_str() + ": " + what;
+        abort_world(st, {errc::timeout, rank(), -1, "rank " + std::to_string(rank()) + " " + text});
+        throw error(errc::timeout, c.name_str(), c.seq, rank(), -1, text);
+      }
+      lost(c, -1, what);
+    }
+  }
+
+  [[nodiscard]] static ::gloo::AllreduceOptions::Func reduce_fn(const detail::call& c) {
+    const detail::reducer red = c.red;
+    return [red](void* d, const void* a, const void* b, std::size_t n) { red(d, a, b, n); };
+  }
+
+  [[nodiscard]] static std::chrono::milliseconds left(detail::clock::time_point deadline) {
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - detail::clock::now());
+    return std::max(ms, std::chrono::milliseconds(1));
+  }
+
+  static void copy_if_distinct(std::byte* d, const std::byte* s, std::size_t n) noexcept {
+    if (d != s && n != 0) std::memmove(d, s, n);
+  }
+
+  /// A Gloo call failed or a connection closed while talking to `peer` (-1: unknown). If some
+  /// rank aborted the world, raises its reason; else the peer is gone: errc::peer_lost.
+  [[noreturn]] void lost(const detail::call& c, int peer, const std::string& gloo_what) {
+    auto& st = *s_;
+    if (auto rec = read_abort(); rec && rec->writer != rank()) raise_recorded(c, *rec);
+    if (st.aborted) raise_aborted(c, peer);
+    const std::string who = peer >= 0 ? "rank " + std::to_string(peer) : "a peer";
+    const std::string text =
+        who + " closed its connection (its process exited or was killed): " + gloo_what;
+    abort_world(st, {errc::peer_lost, rank(), peer, text});
+    throw error(errc::peer_lost, c.name_str(), c.seq, rank(), peer, text);
+  }
+
+  /// Raises the error another rank recorded when it aborted the world (after closing this
+  /// rank's connections too, so the ranks waiting on it learn at once).
+  [[noreturn]] void raise_recorded(const detail::call& c, const detail::gloo_abort_record& rec) {
+    abort_world(*s_, rec, false);
+    throw error(rec.code, c.name_str(), c.seq, rank(), rec.subject,
+                "rank " + std::to_string(rec.writer) + " reported: " + rec.what);
+  }
+
+  [[noreturn]] void raise_aborted(const detail::call& c, int peer) {
+    if (auto rec = read_abort())
+      throw error(
+          errc::aborted, c.name_str(), c.seq, rank(), rec->subject,
+          "the world was aborted: rank " + std::to_string(rec->writer) + " reported: " + rec->what);
+    throw error(errc::aborted, c.name_str(), c.seq, rank(), peer,
+                "this rank's connections were closed by an earlier error");
+  }
+
+  [[nodiscard]] std::optional<detail::gloo_abort_record> read_abort() noexcept {
+    try {
+      const std::string v =
+          s_->store->get_string(s_->prefix + "abort", std::chrono::milliseconds(0));
+      return detail::gloo_abort_record::decode(v);
+    } catch (...) {
+      return std::nullopt;  // no record, or the store is gone with its rank
+    }
+  }
+
+  /// Before every further slice of a slow wait: another rank's abort, a mismatched call, the
+  /// deadline.
+  void poll(const detail::call& c, detail::clock::time_point deadline, int peer) {
+    auto& st = *s_;
+    if (auto rec = read_abort(); rec && rec->writer != rank()) raise_recorded(c, *rec);
+    const bool collective = c.fp.coll != detail::collective::send &&
+                            c.fp.coll != detail::collective::recv && c.seq != 0;
+    std::string theirs_text;
+    if (collective) {
+      try {
+        if (st.published_seq != c.seq) {
+          st.store->set_string(st.prefix + "call/" + std::to_string(rank()),
+                               detail::gloo_call_record(c));
+          st.published_seq = c.seq;
+        }
+        const std::string v = st.store->get_string(st.prefix + "call/" + std::to_string(peer),
+                                                   std::chrono::milliseconds(0));
+        if (auto theirs = detail::gloo_parse_call(v)) {
+          if (theirs->first == c.seq && !(theirs->second == c.fp)) {
+            const std::string what = detail::mismatch_text(rank(), c.fp, peer, theirs->second);
+            abort_world(st, {errc::mismatch, rank(), peer, what});
+            throw error(errc::mismatch, c.name_str(), c.seq, rank(), peer, what);
+          }
+          theirs_text = " (rank " + std::to_string(peer) + " was last seen in call #" +
+                        std::to_string(theirs->first) + " " + theirs->second.describe() + ")";
+        }
+      } catch (const error& e) {
+        if (e.code() == errc::mismatch) throw;
+        // No record yet, or the store is unreachable: the deadline still holds.
+      }
+    }
+    if (detail::clock::now() >= deadline) {
+      const std::string text = (peer >= 0 ? "timed out waiting for rank " + std::to_string(peer)
+                                          : std::string("timed out waiting for the other ranks")) +
+                               theirs_text;
+      abort_world(st, {errc::timeout, rank(), peer, "rank " + std::to_string(rank()) + " " + text});
+      throw error(errc::timeout, c.name_str(), c.seq, rank(), peer, text);
+    }
+  }
+
+  /// Records why (unless `record` is false: the reason came from the store) and closes every
+  /// connection of this rank, so ranks waiting on it raise at once instead of at their
+  /// deadlines. Gloo has no call for this in this version; a receive that times out makes it
+  /// close the context's connections, so this posts one that cannot complete and lets it.
+  static void abort_world(detail::gloo_state& st, const detail::gloo_abort_record& why,
+                          bool record = true) noexcept {
+    if (st.aborted) return;
+    st.aborted = true;
+    if (record) {
+      try {
+        st.store->set_string(st.prefix + "abort", why.encode());
+      } catch (...) {
+        // the store went away: closing the connections still tells the peers
+      }
+    }
+    if (st.size == 1 || !st.ctx) return;
+    for (int q = 0; q < st.size; ++q) {
+      if (q == st.rank) continue;
+      bool posted = false;
+      try {
+        auto b = st.ctx->createUnboundBuffer(&st.dummy, 0);
+        b->recv(q, detail::gloo_p2p_prefix | detail::gloo_slot_mask, 0, 0);
+        posted = true;
+        b->waitRecv(nullptr, std::chrono::milliseconds(1));
+      } catch (...) {
+        // Posting fails at once on a pair that failed already (try the next); the wait
+        // times out and closes every connection.
+      }
+      if (posted) return;
+    }
+  }
+
+  /// "tutti/gloo/<n>": the n-th gloo world this process joins (every rank joins in one order).
+  [[nodiscard]] static std::string next_key() {
+    static std::atomic<unsigned> generation{0};
+    return "tutti/gloo/" + std::to_string(generation.fetch_add(1));
+  }
+
+  std::shared_ptr<detail::gloo_state> s_;
+};
+
+}  // namespace tutti
+
+#endif

@@ -1,0 +1,114 @@
+// One rank of a tutti::gloo world, for the multi-host test (run.sh starts one per network
+// namespace, with the launcher variables a multi-host torchrun would set: LOCAL_WORLD_SIZE=1,
+// MASTER_ADDR = rank 0's address).
+//   gloo_world check      every policy's collectives, exact values, small and 4 MiB messages
+//   gloo_world kill <k>   rank k kills itself mid-loop; the others must raise peer_lost naming
+//                         it within 1 s (exit 0 if they do)
+// Exit status 0 = everything as expected; prints one line per finding otherwise.
+
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <tutti/transport/gloo.hpp>
+#include <tutti/tutti.hpp>
+
+namespace {
+
+template <class P>
+int check_policy() {
+  auto comm = tutti::communicator<tutti::gloo, P>::from_env();
+  const int p = comm.size(), r = comm.rank();
+  int bad = 0;
+  for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{1} << 20}) {
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = float((r + 1) * (i % 7));
+    comm.all_reduce(std::span<float>(v), tutti::sum);
+    const float ranks = float(p) * float(p + 1) / 2.0f;  // 1 + 2 + ... + p
+    for (std::size_t i = 0; i < n; ++i)
+      if (v[i] != ranks * float(i % 7)) {
+        std::printf("rank %d: %s all_reduce n=%zu wrong at %zu\n", r, P::name, n, i);
+        ++bad;
+        break;
+      }
+    if constexpr (tutti::detail::has_broadcast<P, tutti::gloo>) {
+      std::vector<int> b(n, r == 1 % p ? 42 : -1);
+      comm.broadcast(std::span<int>(b), 1 % p);
+      for (int x : b)
+        if (x != 42) {
+          std::printf("rank %d: %s broadcast n=%zu wrong\n", r, P::name, n);
+          ++bad;
+          break;
+        }
+    }
+    if constexpr (tutti::detail::has_all_gather<P, tutti::gloo>) {
+      std::vector<double> mine(n, double(r)), all(n * static_cast<std::size_t>(p), -1.0);
+      comm.all_gather(std::span<const double>(mine), std::span<double>(all));
+      for (std::size_t i = 0; i < all.size(); ++i)
+        if (const std::size_t owner = i / n; all[i] != double(owner)) {
+          std::printf("rank %d: %s all_gather n=%zu wrong at %zu\n", r, P::name, n, i);
+          ++bad;
+          break;
+        }
+    }
+  }
+  if constexpr (tutti::detail::has_barrier<P, tutti::gloo>) comm.barrier();
+  return bad;
+}
+
+int kill_mode(int victim) {
+  auto comm = tutti::communicator<tutti::gloo, tutti::ring>::from_env();
+  std::vector<float> v(4096, 1.0f);
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  auto last_ok = start;
+  try {
+    for (int i = 0;; ++i) {
+      if (comm.rank() == victim && i == 50) raise(SIGKILL);
+      comm.all_reduce(std::span<float>(v), tutti::max);
+      last_ok = clock::now();
+      if (clock::now() - start > std::chrono::seconds(60)) {
+        std::printf("rank %d: no error after 60 s\n", comm.rank());
+        return 1;
+      }
+    }
+  } catch (const tutti::error& e) {
+    // The victim dies at its 50th call; ranks run within a call or two of each other.
+    if (e.kind() != tutti::errc::peer_lost || e.peer() != victim) {
+      std::printf("rank %d: expected peer_lost naming rank %d, got: %s\n", comm.rank(), victim,
+                  e.what());
+      return 1;
+    }
+    // The victim died after the last call that completed here: the error must follow within 1 s.
+    const double s = std::chrono::duration<double>(clock::now() - last_ok).count();
+    std::printf("rank %d: raised %.3f s after its last completed call: %s\n", comm.rank(), s,
+                e.what());
+    return s < 1.0 ? 0 : 1;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "check";
+  try {
+    if (mode == "kill" && argc > 2) return kill_mode(std::atoi(argv[2]));
+    if (mode != "check") {
+      std::fprintf(stderr, "usage: gloo_world check | kill <rank>\n");
+      return 2;
+    }
+    int bad = check_policy<tutti::ring>() + check_policy<tutti::tree>() +
+              check_policy<tutti::recursive_halving>() + check_policy<tutti::native>() +
+              check_policy<tutti::automatic>();
+    return bad == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::printf("error: %s\n", e.what());
+    return 1;
+  }
+}

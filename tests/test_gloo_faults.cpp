@@ -1,0 +1,212 @@
+// tutti::gloo across real processes when things go wrong: a rank killed in a loop of
+// all_reduces (every other rank raises peer_lost naming it within 1 s), mismatched calls (every
+// rank raises mismatch), a rank that never calls (timeout at the deadline, nothing hangs),
+// send/recv with disagreeing sizes (a timeout, never Gloo's abort of the receiving process),
+// and the interface settings.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include <tutti/transport/gloo.hpp>
+#include <tutti/tutti.hpp>
+
+#include "fork_ranks.hpp"
+#include "scoped_env.hpp"
+
+using namespace fork_ranks;  // NOLINT(google-build-using-namespace): test helpers
+
+namespace {
+
+template <class P = tutti::automatic>
+auto join(const temp_dir& dir, int r, int n, tutti::options opts = {}) {
+  return tutti::communicator<tutti::gloo, P>::from_url(dir.url(), r, n, opts);
+}
+
+}  // namespace
+
+TEST_CASE("a rank killed during all_reduces: the others raise naming it within 1 s") {
+  for (int n : {2, 4}) {
+    CAPTURE(n);
+    const int victim = n - 1;
+    shared_report rep;
+    temp_dir dir;
+    const auto status = run_ranks(n, [&](int r) {
+      auto comm = join<tutti::ring>(dir, r, n);
+      rep->pids[r] = getpid();
+      std::vector<float> v(4096, 1.0f);
+      return expect_error(rep.operator->(), r, [&] {
+        for (int i = 0;; ++i) {
+          if (r == victim && i == 50) {
+            rep->died_ns = now_ns();
+            raise(SIGKILL);
+          }
+          comm.all_reduce(std::span<float>(v), tutti::max);
+        }
+      });
+    });
+    CHECK(WIFSIGNALED(status[static_cast<std::size_t>(victim)]));
+    for (int r = 0; r < n; ++r) {
+      if (r == victim) continue;
+      CAPTURE(r);
+      CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
+      CHECK(rep->kind[r] == static_cast<int>(tutti::errc::peer_lost));
+      CHECK(rep->peer[r] == victim);
+      const double seconds = double(rep->caught_ns[r] - rep->died_ns) * 1e-9;
+      CHECK(seconds >= 0.0);
+      CHECK(seconds < 1.0);
+    }
+  }
+}
+
+TEST_CASE("mismatched calls raise mismatch on every rank, not a hang or a crash") {
+  for (std::size_t count : {std::size_t{10}, std::size_t{100000}}) {
+    CAPTURE(count);
+    shared_report rep;
+    temp_dir dir;
+    const auto status = run_ranks(3, [&](int r) {
+      auto comm = join<tutti::ring>(dir, r, 3);
+      std::vector<float> v(r == 1 ? count + 1 : count, 1.0f);
+      const auto t0 = clock_type::now();
+      const int rc = expect_error(rep.operator->(), r,
+                                  [&] { comm.all_reduce(std::span<float>(v), tutti::sum); });
+      return rc == 0 && clock_type::now() - t0 < std::chrono::seconds(5) ? 0 : 1;
+    });
+    for (int r = 0; r < 3; ++r) {
+      CAPTURE(r);
+      CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
+      CHECK(rep->kind[r] == static_cast<int>(tutti::errc::mismatch));
+    }
+  }
+}
+
+TEST_CASE("native: mismatched counts time out at the deadline instead of crashing") {
+  // Gloo's own collectives cannot be woken to compare calls; their tags carry the fingerprint,
+  // so the messages never meet (Gloo would abort a process receiving a longer message).
+  shared_report rep;
+  temp_dir dir;
+  const auto status = run_ranks(2, [&](int r) {
+    tutti::options opts;
+    opts.timeout = std::chrono::milliseconds(500);
+    auto comm = join<tutti::native>(dir, r, 2, opts);
+    std::vector<float> v(r == 1 ? 2000 : 1000, 1.0f);
+    return expect_error(rep.operator->(), r,
+                        [&] { comm.all_reduce(std::span<float>(v), tutti::sum); });
+  });
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
+    const int kind = rep->kind[r];
+    CHECK((kind == static_cast<int>(tutti::errc::timeout) ||
+           kind == static_cast<int>(tutti::errc::peer_lost)));
+  }
+}
+
+TEST_CASE("a rank that never calls: the other times out at its deadline") {
+  shared_report rep;
+  temp_dir dir;
+  const auto status = run_ranks(2, [&](int r) {
+    tutti::options opts;
+    opts.timeout = std::chrono::milliseconds(300);
+    auto comm = join(dir, r, 2, opts);
+    if (r == 1) {  // stays alive but never calls, until rank 0 is done
+      while (rep->kind[0] == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return 0;
+    }
+    std::vector<int> v(5, 1);
+    const auto t0 = clock_type::now();
+    const int rc = expect_error(rep.operator->(), r, [&] { comm.broadcast(std::span<int>(v), 1); });
+    const auto waited = clock_type::now() - t0;
+    return rc == 0 && waited >= std::chrono::milliseconds(300) && waited < std::chrono::seconds(5)
+               ? 0
+               : 1;
+  });
+  CHECK(exited_with(status[0], 0));
+  CHECK(exited_with(status[1], 0));
+  CHECK(rep->kind[0] == static_cast<int>(tutti::errc::timeout));
+}
+
+TEST_CASE("send/recv: 24 MB messages arrive whole; sizes that disagree time out, no crash") {
+  shared_report rep;
+  temp_dir dir;
+  const auto status = run_ranks(2, [&](int r) {
+    tutti::options opts;
+    opts.timeout = std::chrono::milliseconds(400);
+    auto comm = join(dir, r, 2, opts);
+    // Two tags, one message far larger than a TCP socket buffer.
+    std::vector<double> big(3'000'000), small(3);
+    if (r == 0) {
+      for (std::size_t i = 0; i < big.size(); ++i) big[i] = double(i);
+      small = {1.5, 2.5, 3.5};
+      comm.send(std::span<const double>(small), 1, 7);
+      comm.send(std::span<const double>(big), 1, 9);
+    } else {
+      std::vector<double> got_big(big.size()), got_small(3);
+      comm.recv(std::span<double>(got_small), 0, 7);
+      comm.recv(std::span<double>(got_big), 0, 9);
+      if (got_small != std::vector<double>{1.5, 2.5, 3.5}) return 2;
+      for (std::size_t i = 0; i < got_big.size(); ++i)
+        if (got_big[i] != double(i)) return 3;
+    }
+    // Now rank 0 sends 8 ints where rank 1 expects 4: both time out, neither process dies.
+    std::vector<int> eight(8, 1), four(4, 0);
+    return expect_error(rep.operator->(), r, [&] {
+      if (r == 0)
+        comm.send(std::span<const int>(eight), 1, 3);
+      else
+        comm.recv(std::span<int>(four), 0, 3);
+    });
+  });
+  CHECK(exited_with(status[0], 0));
+  CHECK(exited_with(status[1], 0));
+  CHECK(rep->kind[1] == static_cast<int>(tutti::errc::timeout));
+}
+
+TEST_CASE("TUTTI_SOCKET_IFNAME: a missing interface is a clear error; lo works") {
+  {
+    scoped_env env;
+    env.set("TUTTI_SOCKET_IFNAME", "no-such-if0");
+    temp_dir dir;
+    try {
+      (void)join(dir, 0, 1);
+      FAIL("expected an error");
+    } catch (const tutti::error& e) {
+      CHECK(e.kind() == tutti::errc::invalid_argument);
+      CHECK(std::string(e.what()).find("no-such-if0") != std::string::npos);
+    }
+  }
+  scoped_env env;
+  env.set("TUTTI_SOCKET_IFNAME", "lo");
+  temp_dir dir;
+  const auto status = run_ranks(2, [&](int r) {
+    auto comm = join(dir, r, 2);
+    if (comm.transport().address().find("127.0.0.1") == std::string::npos) return 2;
+    std::vector<int> v(3, r + 1);
+    comm.all_reduce(std::span<int>(v), tutti::sum);
+    return v == std::vector<int>{3, 3, 3} ? 0 : 1;
+  });
+  CHECK(exited_with(status[0], 0));
+  CHECK(exited_with(status[1], 0));
+}
+
+TEST_CASE("from_url tcp://: rank 0 serves the store, the others connect") {
+  const int port = 20000 + static_cast<int>(getpid() % 20000);
+  const auto status = run_ranks(3, [&](int r) {
+    auto comm =
+        tutti::communicator<tutti::gloo>::from_url("tcp://127.0.0.1:" + std::to_string(port), r, 3);
+    std::vector<long long> v(100, r);
+    comm.all_reduce(std::span<long long>(v), tutti::sum);
+    for (auto x : v)
+      if (x != 3) return 1;
+    return 0;
+  });
+  for (int r = 0; r < 3; ++r) CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
+}
