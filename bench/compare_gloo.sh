@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# tutti's policies over Gloo's TCP transport next to Gloo's own all-reduce algorithms, in one
+# invocation on one machine: bench/gloo_all_reduce --np NP --algo A for every A, float sum,
+# loopback, results checked by the program.
+#
+#   bench/compare_gloo.sh [build-dir]        (default: build/release)
+#
+# Runs every algorithm ROUNDS times, the algorithms interleaved within each round so slow drift
+# on a noisy machine hits all alike; keeps each algorithm's best (lowest) time per size; prints a
+# markdown table per rank count: time in microseconds per size, and which of Gloo's own
+# algorithms was fastest next to the ratio tutti automatic / that best.
+#
+# Environment:
+#   MINBYTES (4)  MAXBYTES (256M)   sizes, nccl-tests syntax (K/M/G)
+#   NPS ("2 4")                     rank counts
+#   ROUNDS (2)                      runs per algorithm and rank count
+#   ALGOS (all)                     space-separated subset of gloo_all_reduce --algo names
+#   RUN_TIMEOUT (1800)              seconds allowed per run
+# Exit status: 0; 1 if a run reported wrong results or failed; 2 on a usage/setup error.
+set -euo pipefail
+
+die() {
+  printf 'compare_gloo.sh: %s\n' "$*" >&2
+  exit 2
+}
+case "${1:-}" in
+  -h | --help)
+    sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+    exit 0
+    ;;
+esac
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${1:-$repo/build/release}"
+bin="$build/bench/gloo_all_reduce"
+[[ -x "$bin" ]] || die "'$bin' not found; configure with -DTUTTI_WITH_GLOO=ON (the presets do) and
+  cmake --build '$build' --target gloo_all_reduce"
+
+minbytes="${MINBYTES:-4}"
+maxbytes="${MAXBYTES:-256M}"
+nps="${NPS:-2 4}"
+rounds="${ROUNDS:-2}"
+run_timeout="${RUN_TIMEOUT:-1800}"
+read -r -a algos <<<"${ALGOS:-automatic ring recursive_halving tree recursive_doubling native gloo_ring gloo_bcube gloo_ring_chunked gloo_halving_doubling}"
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+model="$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
+echo "# tutti over Gloo's TCP transport vs Gloo's own all_reduce, float sum, loopback"
+echo
+echo "- date: $(date '+%Y-%m-%d %H:%M:%S %Z')"
+echo "- machine: ${model:-unknown CPU}, $(nproc) cores, $(uname -srm);" \
+  "load average before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
+echo "- Gloo: Debian libgloo-dev $(dpkg-query -W -f='${Version}' libgloo-dev 2>/dev/null || echo '?')"
+echo "- $bin --np NP --algo A -b $minbytes -e $maxbytes --csv; best of $rounds interleaved runs"
+echo
+
+failed=0
+for np in $nps; do
+  for ((round = 1; round <= rounds; round++)); do
+    for a in "${algos[@]}"; do
+      printf '  np=%s round %s %-22s ... ' "$np" "$round" "$a" >&2
+      start=$SECONDS
+      if timeout "$run_timeout" "$bin" --np "$np" --algo "$a" -b "$minbytes" -e "$maxbytes" --csv \
+        >"$work/$a.$np.$round.csv" 2>"$work/err"; then
+        printf 'ok (%ss)\n' "$((SECONDS - start))" >&2
+      else
+        failed=1
+        printf 'FAILED\n' >&2
+        tail -n 5 "$work/err" | sed 's/^/    | /' >&2
+      fi
+    done
+  done
+  echo "## $np ranks: time per call (µs), best of $rounds"
+  echo
+  python3 - "$work" "$np" "${algos[@]}" <<'PY'
+import csv, glob, sys
+work, np, algos = sys.argv[1], sys.argv[2], sys.argv[3:]
+best = {}
+for a in algos:
+    for f in glob.glob(f"{work}/{a}.{np}.*.csv"):
+        for row in csv.reader(open(f)):
+            if len(row) != 7 or not row[2].isdigit():
+                continue
+            size, t = int(row[2]), float(row[3])
+            key = (a, size)
+            best[key] = min(best.get(key, t), t)
+sizes = sorted({s for (_, s) in best})
+gloo = [a for a in algos if a.startswith("gloo_")]
+print("| bytes | " + " | ".join(algos) + " | best Gloo | automatic / best Gloo |")
+print("|---:|" + "---:|" * len(algos) + "---|---:|")
+for s in sizes:
+    cells = [f"{best[(a, s)]:.1f}" if (a, s) in best else "–" for a in algos]
+    g = [(best[(a, s)], a) for a in gloo if (a, s) in best]
+    ratio, name = "–", "–"
+    if g and ("automatic", s) in best:
+        t, name = min(g)
+        ratio = f"{best[('automatic', s)] / t:.2f}"
+    print(f"| {s} | " + " | ".join(cells) + f" | {name} | {ratio} |")
+print()
+PY
+done
+exit "$failed"
