@@ -54,7 +54,7 @@ std::vector<int> sizes() {
 TEST_CASE("the issue's program: spawn 4, all_reduce over gloo") {
   const int rc = tutti::spawn(4, [] {
     auto comm = tutti::communicator<tutti::gloo>::from_env();
-    std::vector<float> v(1 << 16, comm.rank() + 1.0f);
+    std::vector<float> v(1 << 16, comm.rank() + 1.0f);  // NOLINT: verbatim
     comm.all_reduce(std::span<float>(v), tutti::sum);
     return v[0] == 10.0f ? 0 : 1;
   });
