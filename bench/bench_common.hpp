@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
+#include <exception>
 #include <limits>
 #include <span>
 #include <stdexcept>
@@ -459,6 +460,30 @@ template <backend B>
       break;
   }
   return detail::sweep<float>(b, o, program_name);
+}
+
+/// main() of a program that forks its own ranks: parses the command line (help on stdout and
+/// exit 0; a usage error on stderr and exit 2), then returns `run(options)`, which starts the
+/// ranks; an exception from it is printed and exits 2.
+template <class Run>
+int forking_main(int argc, char** argv, const program& p, Run&& run) {
+  const auto parsed = parse(argc, argv, p);
+  switch (parsed.what) {
+    case parse_result::status::help:
+      std::fputs(parsed.message.c_str(), stdout);
+      return 0;
+    case parse_result::status::error:
+      std::fputs(parsed.message.c_str(), stderr);
+      return 2;
+    case parse_result::status::run:
+      break;
+  }
+  try {
+    return run(parsed.opts);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%.*s: %s\n", static_cast<int>(p.name.size()), p.name.data(), e.what());
+    return 2;
+  }
 }
 
 }  // namespace tutti_bench

@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <exception>
 #include <map>
 #include <memory>
 #include <span>
@@ -131,23 +130,9 @@ int run_rank(const tutti_bench::options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto parsed = tutti_bench::parse(
-      argc, argv, {.name = "gloo_all_reduce", .forks_ranks = true, .algos = algorithms});
-  switch (parsed.what) {
-    case tutti_bench::parse_result::status::help:
-      std::fputs(parsed.message.c_str(), stdout);
-      return 0;
-    case tutti_bench::parse_result::status::error:
-      std::fputs(parsed.message.c_str(), stderr);
-      return 2;
-    case tutti_bench::parse_result::status::run:
-      break;
-  }
-  const tutti_bench::options& o = parsed.opts;
-  try {
-    return tutti::spawn(o.np, [&] { return run_rank(o); });
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "gloo_all_reduce: %s\n", e.what());
-    return 2;
-  }
+  return tutti_bench::forking_main(
+      argc, argv, {.name = "gloo_all_reduce", .forks_ranks = true, .algos = algorithms},
+      [](const tutti_bench::options& o) {
+        return tutti::spawn(o.np, [&] { return run_rank(o); });
+      });
 }

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <functional>
 #include <new>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +23,7 @@
 #include <doctest/doctest.h>
 
 #include <tutti/core/error.hpp>
+#include <tutti/core/ops.hpp>
 
 namespace fork_ranks {
 
@@ -138,6 +140,40 @@ int expect_error(report* rep, int rank, Fn&& fn) {
     return 0;
   }
   return 1;  // no error: the test fails on this exit code
+}
+
+/// n ranks loop over all_reduce; rank n - 1 kills itself (SIGKILL) at its call `at`. Every
+/// other rank must raise peer_lost naming it within 1 s. `make(rank)` builds a rank's
+/// communicator; `joined(comm, rank)` runs once it exists.
+template <class Make, class Joined>
+void check_killed_rank(int n, int at, shared_report& rep, Make&& make, Joined&& joined) {
+  const int victim = n - 1;
+  const auto status = run_ranks(n, [&](int r) {
+    auto comm = make(r);
+    rep->pids[r] = getpid();
+    joined(comm, r);
+    std::vector<float> v(4096, 1.0f);
+    return expect_error(rep.operator->(), r, [&] {
+      for (int i = 0;; ++i) {
+        if (r == victim && i == at) {
+          rep->died_ns = now_ns();
+          raise(SIGKILL);
+        }
+        comm.all_reduce(std::span<float>(v), tutti::max);
+      }
+    });
+  });
+  CHECK(WIFSIGNALED(status[static_cast<std::size_t>(victim)]));
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
+    CAPTURE(r);
+    CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
+    CHECK(rep->kind[r] == static_cast<int>(tutti::errc::peer_lost));
+    CHECK(rep->peer[r] == victim);
+    const double seconds = double(rep->caught_ns[r] - rep->died_ns) * 1e-9;
+    CHECK(seconds >= 0.0);
+    CHECK(seconds < 1.0);
+  }
 }
 
 }  // namespace fork_ranks

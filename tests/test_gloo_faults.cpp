@@ -36,34 +36,10 @@ auto join(const temp_dir& dir, int r, int n, tutti::options opts = {}) {
 TEST_CASE("a rank killed during all_reduces: the others raise naming it within 1 s") {
   for (int n : {2, 4}) {
     CAPTURE(n);
-    const int victim = n - 1;
     shared_report rep;
     temp_dir dir;
-    const auto status = run_ranks(n, [&](int r) {
-      auto comm = join<tutti::ring>(dir, r, n);
-      rep->pids[r] = getpid();
-      std::vector<float> v(4096, 1.0f);
-      return expect_error(rep.operator->(), r, [&] {
-        for (int i = 0;; ++i) {
-          if (r == victim && i == 50) {
-            rep->died_ns = now_ns();
-            raise(SIGKILL);
-          }
-          comm.all_reduce(std::span<float>(v), tutti::max);
-        }
-      });
-    });
-    CHECK(WIFSIGNALED(status[static_cast<std::size_t>(victim)]));
-    for (int r = 0; r < n; ++r) {
-      if (r == victim) continue;
-      CAPTURE(r);
-      CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
-      CHECK(rep->kind[r] == static_cast<int>(tutti::errc::peer_lost));
-      CHECK(rep->peer[r] == victim);
-      const double seconds = double(rep->caught_ns[r] - rep->died_ns) * 1e-9;
-      CHECK(seconds >= 0.0);
-      CHECK(seconds < 1.0);
-    }
+    check_killed_rank(
+        n, 50, rep, [&](int r) { return join<tutti::ring>(dir, r, n); }, [](auto&, int) {});
   }
 }
 

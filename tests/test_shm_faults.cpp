@@ -44,38 +44,16 @@ using namespace fork_ranks;  // NOLINT(google-build-using-namespace): test helpe
 TEST_CASE("a rank killed during all_reduces: the others raise naming it within 1 s") {
   for (int n : {2, 4, 8}) {
     CAPTURE(n);
-    const int victim = n - 1;
     shared_report rep;
     temp_dir dir;
-    const auto status = run_ranks(n, [&](int r) {
-      auto comm = tutti::communicator<tutti::shm>::from_url(dir.url(), r, n);
-      rep->pids[r] = getpid();
-      if (r == 0) {
-        const auto& name = comm.transport().segment_name();
-        std::memcpy(rep->segment, name.data(), std::min(name.size(), sizeof(rep->segment) - 1));
-      }
-      std::vector<float> v(4096, 1.0f);
-      return expect_error(rep.operator->(), r, [&] {
-        for (int i = 0;; ++i) {
-          if (r == victim && i == 300) {
-            rep->died_ns = now_ns();
-            raise(SIGKILL);
-          }
-          comm.all_reduce(std::span<float>(v), tutti::max);
-        }
-      });
-    });
-    CHECK(WIFSIGNALED(status[static_cast<std::size_t>(victim)]));
-    for (int r = 0; r < n; ++r) {
-      if (r == victim) continue;
-      CAPTURE(r);
-      CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
-      CHECK(rep->kind[r] == static_cast<int>(tutti::errc::peer_lost));
-      CHECK(rep->peer[r] == victim);
-      const double seconds = double(rep->caught_ns[r] - rep->died_ns) * 1e-9;
-      CHECK(seconds >= 0.0);
-      CHECK(seconds < 1.0);
-    }
+    check_killed_rank(
+        n, 300, rep,
+        [&](int r) { return tutti::communicator<tutti::shm>::from_url(dir.url(), r, n); },
+        [&](auto& comm, int r) {
+          if (r != 0) return;
+          const auto& name = comm.transport().segment_name();
+          std::memcpy(rep->segment, name.data(), std::min(name.size(), sizeof(rep->segment) - 1));
+        });
     // Nothing left behind: the segment was unlinked when the world formed, every rank is gone.
     CHECK(std::string(rep->segment).rfind("/tutti-", 0) == 0);
     CHECK_FALSE(std::filesystem::exists("/dev/shm" + std::string(rep->segment)));
