@@ -316,6 +316,22 @@ TEST_CASE("async collectives run in issue order and rethrow at wait") {
   CHECK(raised.load() == 3);
 }
 
+TEST_CASE("send/recv after a collective: a slow peer is not a mismatch") {
+  // A receive waiting long enough to poll carries the last collective's number; it must not be
+  // compared with the peer's board entry for that collective (a bug the examples hit under ASan).
+  tutti::inproc::run<tutti::ring>(2, [](auto& c) {
+    std::vector<int> msg{c.rank() == 1 ? 21 : 0};
+    c.barrier();
+    if (c.rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      c.send(std::span<const int>(msg), 0);
+    } else {
+      c.recv(std::span<int>(msg), 1);
+      CHECK(msg[0] == 21);
+    }
+  });
+}
+
 TEST_CASE("send and recv match by tag in order, and check sizes") {
   tutti::inproc::run<tutti::ring>(4, [](auto& c) {
     const int p = c.size(), r = c.rank();

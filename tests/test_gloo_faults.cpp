@@ -186,3 +186,21 @@ TEST_CASE("from_url tcp://: rank 0 serves the store, the others connect") {
   });
   for (int r = 0; r < 3; ++r) CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
 }
+
+TEST_CASE("send/recv after a collective: a slow peer is not a mismatch") {
+  temp_dir dir;
+  const auto status = run_ranks(2, [&](int r) {
+    auto comm = join(dir, r, 2);
+    std::vector<int> msg{r == 1 ? 21 : 0};
+    comm.barrier();
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      comm.send(std::span<const int>(msg), 0);
+      return 0;
+    }
+    comm.recv(std::span<int>(msg), 1);
+    return msg[0] == 21 ? 0 : 1;
+  });
+  CHECK(exited_with(status[0], 0));
+  CHECK(exited_with(status[1], 0));
+}

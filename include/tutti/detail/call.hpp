@@ -94,6 +94,11 @@ struct call {
   std::size_t elem_size = 1;
 
   [[nodiscard]] std::string name_str() const { return std::string{name(fp.coll)}; }
+  /// A numbered collective, whose fingerprint peers compare on their call boards. send and
+  /// recv carry the last collective's number but are matched by tag: never compared.
+  [[nodiscard]] bool compared() const noexcept {
+    return seq != 0 && fp.coll != collective::send && fp.coll != collective::recv;
+  }
 };
 
 /// FNV-1a over a sequence of counts: the fingerprint of a v-variant's count vector.

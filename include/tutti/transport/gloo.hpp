@@ -647,8 +647,7 @@ class gloo {
   void poll(const detail::call& c, detail::clock::time_point deadline, int peer) {
     auto& st = *s_;
     if (auto rec = read_abort(); rec && rec->writer != rank()) raise_recorded(c, *rec);
-    const bool collective = c.fp.coll != detail::collective::send &&
-                            c.fp.coll != detail::collective::recv && c.seq != 0;
+    const bool collective = c.compared();
     std::string theirs_text;
     if (collective) {
       try {

@@ -183,7 +183,7 @@ class inproc {
       auto [code, what] = world_->abort_reason();
       throw error(code, c.name_str(), c.seq, rank_, peer, what);
     }
-    if (c.seq != 0) {
+    if (c.compared()) {
       for (int r = 0; r < size(); ++r) {
         if (r == rank_) continue;
         auto theirs = world_->rank_state(r).board.lookup(c.seq);

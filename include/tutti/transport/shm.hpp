@@ -425,7 +425,7 @@ class shm {
     for (int q = 0; q < st.size; ++q) {
       if (q == st.rank) continue;
       auto& b = st.view.block(q);
-      if (c.seq != 0) {
+      if (c.compared()) {
         auto theirs = b.board.lookup(c.seq);
         if (theirs && !(*theirs == c.fp)) {
           const std::string what = detail::mismatch_text(st.rank, c.fp, q, *theirs);
