@@ -24,6 +24,7 @@
 
 #include <tutti/core/error.hpp>
 #include <tutti/core/ops.hpp>
+#include <tutti/core/options.hpp>
 
 namespace fork_ranks {
 
@@ -174,6 +175,52 @@ void check_killed_rank(int n, int at, shared_report& rep, Make&& make, Joined&& 
     CHECK(seconds >= 0.0);
     CHECK(seconds < 1.0);
   }
+}
+
+/// Two ranks; rank 1 stays alive but never calls. Rank 0's broadcast must raise timeout at its
+/// deadline (300 ms), well before 5 s. `make(rank, opts)` builds a rank's communicator.
+template <class Make>
+void check_silent_rank(Make&& make) {
+  shared_report rep;
+  const auto status = run_ranks(2, [&](int r) {
+    tutti::options opts;
+    opts.timeout = std::chrono::milliseconds(300);
+    auto comm = make(r, opts);
+    if (r == 1) {  // stays alive but never calls, until rank 0 is done
+      while (rep->kind[0] == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return 0;
+    }
+    std::vector<int> v(5, 1);
+    const auto t0 = clock_type::now();
+    const int rc = expect_error(rep.operator->(), r, [&] { comm.broadcast(std::span<int>(v), 1); });
+    const auto waited = clock_type::now() - t0;
+    return rc == 0 && waited >= std::chrono::milliseconds(300) && waited < std::chrono::seconds(5)
+               ? 0
+               : 1;
+  });
+  CHECK(exited_with(status[0], 0));
+  CHECK(exited_with(status[1], 0));
+  CHECK(rep->kind[0] == static_cast<int>(tutti::errc::timeout));
+}
+
+/// Two ranks: a barrier, then rank 1 sends to rank 0 after 300 ms. The receive waits long
+/// enough to poll and must not be compared with the barrier (no false mismatch).
+template <class Make>
+void check_slow_send_after_collective(Make&& make) {
+  const auto status = run_ranks(2, [&](int r) {
+    auto comm = make(r, tutti::options{});
+    std::vector<int> msg{r == 1 ? 21 : 0};
+    comm.barrier();
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      comm.send(std::span<const int>(msg), 0);
+      return 0;
+    }
+    comm.recv(std::span<int>(msg), 1);
+    return msg[0] == 21 ? 0 : 1;
+  });
+  CHECK(exited_with(status[0], 0));
+  CHECK(exited_with(status[1], 0));
 }
 
 }  // namespace fork_ranks

@@ -87,27 +87,8 @@ TEST_CASE("native: mismatched counts time out at the deadline instead of crashin
 }
 
 TEST_CASE("a rank that never calls: the other times out at its deadline") {
-  shared_report rep;
   temp_dir dir;
-  const auto status = run_ranks(2, [&](int r) {
-    tutti::options opts;
-    opts.timeout = std::chrono::milliseconds(300);
-    auto comm = join(dir, r, 2, opts);
-    if (r == 1) {  // stays alive but never calls, until rank 0 is done
-      while (rep->kind[0] == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      return 0;
-    }
-    std::vector<int> v(5, 1);
-    const auto t0 = clock_type::now();
-    const int rc = expect_error(rep.operator->(), r, [&] { comm.broadcast(std::span<int>(v), 1); });
-    const auto waited = clock_type::now() - t0;
-    return rc == 0 && waited >= std::chrono::milliseconds(300) && waited < std::chrono::seconds(5)
-               ? 0
-               : 1;
-  });
-  CHECK(exited_with(status[0], 0));
-  CHECK(exited_with(status[1], 0));
-  CHECK(rep->kind[0] == static_cast<int>(tutti::errc::timeout));
+  check_silent_rank([&](int r, const tutti::options& o) { return join(dir, r, 2, o); });
 }
 
 TEST_CASE("send/recv: 24 MB messages arrive whole; sizes that disagree time out, no crash") {
@@ -189,18 +170,6 @@ TEST_CASE("from_url tcp://: rank 0 serves the store, the others connect") {
 
 TEST_CASE("send/recv after a collective: a slow peer is not a mismatch") {
   temp_dir dir;
-  const auto status = run_ranks(2, [&](int r) {
-    auto comm = join(dir, r, 2);
-    std::vector<int> msg{r == 1 ? 21 : 0};
-    comm.barrier();
-    if (r == 1) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      comm.send(std::span<const int>(msg), 0);
-      return 0;
-    }
-    comm.recv(std::span<int>(msg), 1);
-    return msg[0] == 21 ? 0 : 1;
-  });
-  CHECK(exited_with(status[0], 0));
-  CHECK(exited_with(status[1], 0));
+  check_slow_send_after_collective(
+      [&](int r, const tutti::options& o) { return join(dir, r, 2, o); });
 }
