@@ -2,8 +2,10 @@
 /// \file
 /// The umbrella header: core types and ops, the in-process and shared-memory transports, every
 /// algorithm policy, the communicator and the bootstrap (launcher environments, stores, init
-/// URLs, tutti::spawn).
+/// URLs, tutti::spawn), and the training adapters (bucketer, distributed_sampler).
 
+#include "tutti/adapters/bucketer.hpp"
+#include "tutti/adapters/sampler.hpp"
 #include "tutti/algorithm/automatic.hpp"
 #include "tutti/algorithm/bruck.hpp"
 #include "tutti/algorithm/direct.hpp"

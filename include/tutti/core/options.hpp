@@ -28,6 +28,14 @@ namespace detail {
   return s == nullptr ? std::string{} : std::string{s};
 }
 
+/// TUTTI_DEBUG=INFO or DEBUG (any case): tutti writes a line on stderr per notable event
+/// (transport addresses, bucket layouts).
+[[nodiscard]] inline bool debug_info() {
+  std::string v = env_string("TUTTI_DEBUG");
+  for (char& c : v) c = static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
+  return v == "INFO" || v == "DEBUG";
+}
+
 }  // namespace detail
 
 /// Per-communicator settings. Every field has a default read from the environment.

@@ -110,12 +110,6 @@ struct gloo_abort_record {
   return std::pair{static_cast<std::uint64_t>(seq), fingerprint::unpack(head, count)};
 }
 
-/// TUTTI_DEBUG=INFO (or DEBUG): one line on stderr per notable event.
-[[nodiscard]] inline bool gloo_log_info() {
-  const std::string v = env_string("TUTTI_DEBUG");
-  return v == "INFO" || v == "info" || v == "DEBUG" || v == "debug";
-}
-
 /// The local IPv4/IPv6 address the kernel would use to reach `host` (a UDP connect sends
 /// nothing), as text; "" when `host` does not resolve or is unreachable.
 [[nodiscard]] inline std::string local_address_towards(const std::string& host, int port) {

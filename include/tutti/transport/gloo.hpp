@@ -506,7 +506,7 @@ class gloo {
     try {
       s->device = ::gloo::transport::tcp::CreateDevice(attr);
       s->address = s->device->str();
-      if (detail::gloo_log_info())
+      if (detail::debug_info())
         std::fprintf(stderr, "tutti[gloo] rank %d/%d: TCP device %s (%s)\n", rank, size,
                      s->address.c_str(), why.c_str());
       s->ctx = std::make_shared<::gloo::rendezvous::Context>(rank, size);

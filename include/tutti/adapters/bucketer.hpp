@@ -1,0 +1,639 @@
+#pragma once
+/// \file
+/// tutti::bucketer<Comm>: DDP-style gradient bucketing over any communicator. Gradients are
+/// grouped into flat buckets; each bucket's all_reduce starts as soon as its gradients are
+/// ready, buckets in order, and finish() waits, averages and writes the results back.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <new>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "tutti/core/bfloat16.hpp"
+#include "tutti/core/error.hpp"
+#include "tutti/core/half.hpp"
+#include "tutti/core/ops.hpp"
+#include "tutti/core/options.hpp"
+#include "tutti/core/reduce.hpp"
+#include "tutti/core/types.hpp"
+#include "tutti/work.hpp"
+
+namespace tutti {
+
+/// Built-in communication hooks: all-reduce float buckets (float, double, long double) in a
+/// 16-bit type, halving (or quartering) the bytes moved. Other buckets are not affected.
+enum class compression : std::uint8_t { none, fp16, bf16 };
+
+/// One bucket as hooks see it: its flat buffer, in the bucket's element type.
+struct bucket_view {
+  std::size_t index = 0;         ///< position in launch order (0 is all-reduced first)
+  std::size_t bucket_count = 0;  ///< buckets in the layout
+  dtype type = dtype::float32;
+  std::size_t count = 0;  ///< elements in the bucket
+  void* data = nullptr;
+  std::span<const std::size_t> gradients;  ///< the gradients it holds, in buffer order
+
+  [[nodiscard]] bool is_last() const noexcept { return index + 1 == bucket_count; }
+  /// The buffer as `T`s. \throws tutti::error(errc::invalid_argument) if T is not its type.
+  template <element T>
+  [[nodiscard]] std::span<T> as() const {
+    if (dtype_of<T> != type)
+      throw error(errc::invalid_argument, "", 0, -1, -1,
+                  "bucket_view::as: bucket " + std::to_string(index) + " holds " +
+                      std::string(name(type)) + ", not " + std::string(name(dtype_of<T>)));
+    return {static_cast<T*>(data), count};
+  }
+};
+
+/// A user hook on a bucket; runs on the thread that calls mark_ready() or finish().
+using bucket_hook = std::function<void(const bucket_view&)>;
+
+struct bucketer_options {
+  /// Capacity of each element type's first bucket (DDP: 1 MiB) and of the later ones (DDP:
+  /// 25 MiB). A bucket closes once it holds at least its capacity; a gradient is never split,
+  /// so a bucket may hold more.
+  std::size_t first_bucket_bytes = std::size_t{1} << 20;
+  std::size_t bucket_bytes = std::size_t{25} << 20;
+  /// Average over the ranks (true) or sum (false). 16-bit types and compressed buckets are
+  /// divided before the all_reduce, so the sum cannot overflow; the others all_reduce with
+  /// tutti::avg (integer types: integer division of the sum).
+  bool average = true;
+  /// After the first synchronised iteration, rebuild the buckets once in the order gradients
+  /// became ready — rank 0's order, on every rank (DDP's bucket rebuild). Owned gradient views
+  /// move then: take them again with gradient<T>(i) after that finish().
+  bool rebuild_from_ready_order = false;
+  compression compress = compression::none;
+  /// Runs on a bucket's local data (gradients copied in, unused ones zeroed) before it is
+  /// divided, compressed and all-reduced.
+  bucket_hook before_all_reduce{};
+  /// Runs on the bucket's result (all-reduced, averaged, decompressed) before write-back.
+  bucket_hook after_all_reduce{};
+};
+
+/// One bucket of a layout.
+struct bucket_info {
+  dtype type = dtype::float32;
+  std::size_t count = 0;  ///< elements
+  std::size_t bytes = 0;
+  std::vector<std::size_t> gradients;  ///< in buffer order
+};
+
+namespace detail {
+
+/// DDP's compute_bucket_assignment_by_size: walks `order` (gradient indices), keeping one open
+/// bucket per element type; appends each gradient to its type's bucket and closes the bucket
+/// once it holds >= its limit (the type's first bucket `limits[0]`, later ones the next limit,
+/// the last repeating). Open buckets are flushed at the end, in order of their types' first
+/// appearance. With `sort`, buckets are ordered by the position of their first gradient in
+/// `order` (DDP's construction); without, they stay in closing order (DDP's rebuild).
+[[nodiscard]] inline std::vector<std::vector<std::size_t>> assign_buckets(
+    std::span<const std::size_t> order, std::span<const dtype> types,
+    std::span<const std::size_t> bytes, std::span<const std::size_t> limits, bool sort) {
+  struct open_bucket {
+    dtype type;
+    std::vector<std::size_t> members;
+    std::size_t size = 0;
+    std::size_t limit = 0;  // index into limits
+  };
+  std::vector<open_bucket> open;  // one per type, in order of first appearance
+  std::vector<std::vector<std::size_t>> out;
+  for (const std::size_t g : order) {
+    auto it = std::find_if(open.begin(), open.end(),
+                           [&](const open_bucket& b) { return b.type == types[g]; });
+    if (it == open.end()) it = open.insert(open.end(), open_bucket{types[g], {}, 0, 0});
+    it->members.push_back(g);
+    it->size += bytes[g];
+    if (it->size >= limits[std::min(it->limit, limits.size() - 1)]) {
+      out.push_back(std::move(it->members));
+      it->members.clear();
+      it->size = 0;
+      ++it->limit;
+    }
+  }
+  for (open_bucket& b : open)
+    if (!b.members.empty()) out.push_back(std::move(b.members));
+  if (sort) {
+    std::vector<std::size_t> position(types.size());
+    for (std::size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
+    std::stable_sort(out.begin(), out.end(), [&](const auto& a, const auto& b) {
+      return position[a.front()] < position[b.front()];
+    });
+  }
+  return out;
+}
+
+/// Calls f.template operator()<T>() with the C++ type of a reducible-by-sum dtype.
+template <class F>
+decltype(auto) visit_sum_type(dtype t, F&& f) {
+  switch (t) {
+    case dtype::int8:
+      return f.template operator()<std::int8_t>();
+    case dtype::uint8:
+      return f.template operator()<std::uint8_t>();
+    case dtype::int16:
+      return f.template operator()<std::int16_t>();
+    case dtype::uint16:
+      return f.template operator()<std::uint16_t>();
+    case dtype::int32:
+      return f.template operator()<std::int32_t>();
+    case dtype::uint32:
+      return f.template operator()<std::uint32_t>();
+    case dtype::int64:
+      return f.template operator()<std::int64_t>();
+    case dtype::uint64:
+      return f.template operator()<std::uint64_t>();
+    case dtype::float16:
+      return f.template operator()<half>();
+    case dtype::bfloat16:
+      return f.template operator()<bfloat16>();
+    case dtype::float32:
+      return f.template operator()<float>();
+    case dtype::float64:
+      return f.template operator()<double>();
+    case dtype::float128:
+      return f.template operator()<long double>();
+    case dtype::boolean:
+    case dtype::character:
+      break;
+  }
+  throw error(errc::invalid_argument, "", 0, -1, -1,
+              "bucketer: element type " + std::string(name(t)) + " cannot be summed");
+}
+
+/// 64-byte aligned, zero-initialised bytes.
+class aligned_bytes {
+ public:
+  aligned_bytes() = default;
+  explicit aligned_bytes(std::size_t n)
+      : p_(n == 0 ? nullptr : static_cast<std::byte*>(::operator new(n, align))), n_(n) {
+    if (n_ != 0) std::memset(p_.get(), 0, n_);
+  }
+  [[nodiscard]] std::byte* data() const noexcept { return p_.get(); }
+  [[nodiscard]] std::size_t size() const noexcept { return n_; }
+
+ private:
+  static constexpr std::align_val_t align{64};
+  struct release {
+    void operator()(std::byte* p) const noexcept { ::operator delete(p, align); }
+  };
+  std::unique_ptr<std::byte, release> p_;
+  std::size_t n_ = 0;
+};
+
+// float/double/long double <-> 16-bit, nearest-even (doubles convert directly, not via float).
+template <class W, class T>
+void compress_into(W* dst, const T* src, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = W(static_cast<double>(src[i]));
+}
+template <class T, class W>
+void decompress_into(T* dst, const W* src, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(static_cast<double>(src[i]));
+}
+
+}  // namespace detail
+
+/// Gradient bucketing over a communicator `Comm` (any tutti::communicator), with DDP's Reducer
+/// semantics (reference: torch DistributedDataParallel):
+///
+/// - Register gradients in forward order: `add(span)` for buffers you own (copied into the
+///   bucket at mark_ready, written back by finish), or `add<T>(count)` to have the bucketer own
+///   the storage and hand out views into its buckets with `gradient<T>(i)` (no copy at all).
+/// - Buckets: reverse registration order, one element type per bucket, a gradient never split,
+///   each type's first bucket `first_bucket_bytes` (1 MiB), later ones `bucket_bytes` (25 MiB).
+///   The layout is fixed at the first mark_ready/finish/gradient/layout call; it is logged at
+///   TUTTI_DEBUG=INFO.
+/// - `mark_ready(i)` says gradient i is final for this iteration. A bucket's async all_reduce
+///   starts once all its gradients are ready and every earlier bucket has started, so all
+///   ranks issue the same collectives in the same order.
+/// - `finish()` starts the buckets still waiting — gradients not marked ready contribute zeros
+///   (or, after a no_sync() window, what they accumulated there) — waits for all, averages, runs
+///   the after-hook and writes back. A gradient no rank used in the whole window (since the
+///   last synchronised finish) is left untouched in its buffer (owned views read 0). The first
+///   error of any bucket is rethrown from finish(), after every bucket finished.
+/// - `no_sync()` returns a guard; while it lives, mark_ready only records use and finish() does
+///   nothing, so gradients accumulate locally in their buffers; the next synchronised
+///   iteration reduces the accumulated values.
+///
+/// Every rank must register the same gradients (types and counts) in the same order and use the
+/// same options; a difference makes a bucket's all_reduce raise errc::mismatch. Not thread-safe:
+/// call it from one thread. The communicator must outlive the bucketer.
+template <class Comm>
+class bucketer {
+ public:
+  explicit bucketer(Comm& comm, bucketer_options opts = {}) : comm_(&comm), opts_(std::move(opts)) {
+    if (opts_.first_bucket_bytes == 0 || opts_.bucket_bytes == 0)
+      invalid("bucket capacities must be > 0 bytes");
+  }
+  bucketer(const bucketer&) = delete;
+  bucketer& operator=(const bucketer&) = delete;
+  /// Waits for buckets still in flight (each bounded by the communicator's deadline).
+  ~bucketer() {
+    for (bucket& b : buckets_) {
+      try {
+        b.work.wait();
+      } catch (...) {  // NOLINT(bugprone-empty-catch): finish() reports errors; a destructor cannot
+      }
+    }
+  }
+
+  /// Registers a gradient buffer you own; returns its index (0, 1, ... in registration order).
+  template <element T>
+    requires reducible<sum_t, T>
+  std::size_t add(std::span<T> grad) {
+    return add_slot(dtype_of<T>, sizeof(T), grad.size(), grad.data());
+  }
+  /// Registers a gradient of `count` elements stored in the bucketer's own buckets.
+  template <element T>
+    requires reducible<sum_t, T>
+  std::size_t add(std::size_t count) {
+    return add_slot(dtype_of<T>, sizeof(T), count, nullptr);
+  }
+
+  /// Gradient i: a view into its bucket for owned gradients (valid until a rebuild), the
+  /// registered span otherwise. \throws tutti::error(errc::invalid_argument) if T is not its type.
+  template <element T>
+  [[nodiscard]] std::span<T> gradient(std::size_t i) {
+    check_index(i, "gradient");
+    const slot& s = slots_[i];
+    if (dtype_of<T> != s.type)
+      invalid("gradient " + std::to_string(i) + " holds " + std::string(name(s.type)) + ", not " +
+              std::string(name(dtype_of<T>)));
+    build();
+    return {static_cast<T*>(where(i)), s.count};
+  }
+
+  [[nodiscard]] std::size_t gradient_count() const noexcept { return slots_.size(); }
+  /// The buckets in launch order (fixes the layout).
+  [[nodiscard]] std::vector<bucket_info> layout() {
+    build();
+    std::vector<bucket_info> out;
+    for (const bucket& b : buckets_) out.push_back({b.type, b.count, b.bytes, b.grads});
+    return out;
+  }
+  /// True once the one-time rebuild from the ready order happened.
+  [[nodiscard]] bool rebuilt() const noexcept { return rebuilt_; }
+  /// After a synchronised finish(): whether any rank used gradient i in that window.
+  [[nodiscard]] bool used(std::size_t i) const {
+    check_index(i, "used");
+    return global_used_.empty() ? false : global_used_[i] != 0;
+  }
+
+  /// Gradient i is final for this iteration. \throws tutti::error(errc::invalid_argument) when
+  /// i is out of range or already marked in this synchronised iteration.
+  void mark_ready(std::size_t i) {
+    check_index(i, "mark_ready");
+    build();
+    window_used_[i] = 1;
+    if (no_sync_depth_ > 0) return;
+    if (marked_[i] != 0)
+      invalid("gradient " + std::to_string(i) +
+              " was marked ready twice in one iteration (call finish() at the end of each)");
+    if (!in_iteration_) {
+      in_iteration_ = true;
+      ready_order_.clear();
+    }
+    marked_[i] = 1;
+    if (!rebuilt_) ready_order_.push_back(i);
+    slot& s = slots_[i];
+    if (s.external != nullptr && s.count != 0)
+      std::memcpy(buckets_[s.bucket].storage.data() + s.offset, s.external, s.count * s.elem);
+    bucket& b = buckets_[s.bucket];
+    --b.pending;
+    while (next_ < buckets_.size() && buckets_[next_].pending == 0) launch(next_++);
+  }
+
+  /// Ends the iteration: starts the remaining buckets, waits for all, averages, writes back.
+  /// A no-op inside a no_sync() window. \throws the first error of any bucket.
+  void finish() {
+    if (no_sync_depth_ > 0) return;
+    build();
+    if (slots_.empty()) return;
+    while (next_ < buckets_.size()) launch(next_++);
+    // Which gradients any rank used in the window: an OR across ranks, after the buckets.
+    global_used_ = window_used_;
+    std::exception_ptr first;
+    tutti::work used_work;
+    try {
+      used_work = comm_->all_reduce_async(std::span<std::uint8_t>(global_used_), tutti::bor);
+    } catch (...) {
+      first = std::current_exception();
+    }
+    std::exception_ptr bucket_error;
+    for (bucket& b : buckets_) {
+      try {
+        b.work.wait();
+      } catch (...) {
+        if (!bucket_error) bucket_error = std::current_exception();
+      }
+      if (b.error && !bucket_error) bucket_error = b.error;
+    }
+    try {
+      used_work.wait();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+    if (bucket_error) first = bucket_error;  // the buckets' come first: they were issued first
+    if (!first) {
+      for (std::size_t k = 0; k < buckets_.size(); ++k) complete(k);
+    }
+    reset_iteration();
+    if (first) std::rethrow_exception(first);
+    if (opts_.rebuild_from_ready_order && !rebuilt_) rebuild();
+  }
+
+  /// While the returned guard lives, gradients accumulate locally: no communication.
+  class no_sync_guard {
+   public:
+    no_sync_guard(const no_sync_guard&) = delete;
+    no_sync_guard& operator=(const no_sync_guard&) = delete;
+    no_sync_guard(no_sync_guard&& o) noexcept : b_(std::exchange(o.b_, nullptr)) {}
+    no_sync_guard& operator=(no_sync_guard&&) = delete;
+    ~no_sync_guard() {
+      if (b_ != nullptr) --b_->no_sync_depth_;
+    }
+
+   private:
+    friend class bucketer;
+    explicit no_sync_guard(bucketer* b) noexcept : b_(b) { ++b_->no_sync_depth_; }
+    bucketer* b_;
+  };
+  /// \throws tutti::error(errc::invalid_argument) in the middle of a synchronised iteration.
+  [[nodiscard]] no_sync_guard no_sync() {
+    if (in_iteration_)
+      invalid("no_sync() entered in the middle of a synchronised iteration (after mark_ready, "
+              "before finish)");
+    return no_sync_guard(this);
+  }
+
+ private:
+  struct slot {
+    dtype type;
+    std::size_t elem;
+    std::size_t count;
+    void* external;  // null: owned by the bucket
+    std::size_t bucket = 0;
+    std::size_t offset = 0;  // bytes into the bucket
+  };
+  struct bucket {
+    dtype type = dtype::float32;
+    std::size_t elem = 0;
+    std::size_t count = 0;
+    std::size_t bytes = 0;
+    std::vector<std::size_t> grads;
+    detail::aligned_bytes storage;
+    detail::aligned_bytes wire;  // the 16-bit copy a compressed bucket all-reduces
+    std::size_t pending = 0;
+    tutti::work work;
+    std::exception_ptr error;
+  };
+
+  [[noreturn]] static void invalid(const std::string& what) {
+    throw error(errc::invalid_argument, "", 0, -1, -1, "bucketer: " + what);
+  }
+  void check_index(std::size_t i, const char* what) const {
+    if (i >= slots_.size())
+      invalid(std::string(what) + "(" + std::to_string(i) + "): only " +
+              std::to_string(slots_.size()) + " gradients are registered");
+  }
+
+  std::size_t add_slot(dtype t, std::size_t elem, std::size_t count, void* external) {
+    if (built_)
+      invalid("add() after the bucket layout was fixed (by mark_ready, finish, gradient or "
+              "layout): register every gradient first");
+    slots_.push_back(slot{t, elem, count, external});
+    return slots_.size() - 1;
+  }
+
+  [[nodiscard]] void* where(std::size_t i) const {
+    const slot& s = slots_[i];
+    if (s.external != nullptr) return s.external;
+    return buckets_[s.bucket].storage.data() + s.offset;
+  }
+
+  [[nodiscard]] bool compressed(const bucket& b) const noexcept {
+    return opts_.compress != compression::none &&
+           (b.type == dtype::float32 || b.type == dtype::float64 || b.type == dtype::float128);
+  }
+
+  void build() {
+    if (built_) return;
+    std::vector<std::size_t> order(slots_.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
+    lay_out(order, true, false);
+    built_ = true;
+    marked_.assign(slots_.size(), 0);
+    window_used_.assign(slots_.size(), 0);
+    reset_iteration();
+  }
+
+  // Computes buckets over `order` and moves every owned gradient's values into them.
+  void lay_out(const std::vector<std::size_t>& order, bool sort, bool rebuilding) {
+    std::vector<dtype> types;
+    std::vector<std::size_t> bytes;
+    for (const slot& s : slots_) {
+      types.push_back(s.type);
+      bytes.push_back(s.count * s.elem);
+    }
+    const std::size_t limits[] = {opts_.first_bucket_bytes, opts_.bucket_bytes};
+    const auto groups = detail::assign_buckets(order, types, bytes, limits, sort);
+    std::vector<bucket> fresh(groups.size());
+    std::vector<slot> placed = slots_;
+    for (std::size_t k = 0; k < groups.size(); ++k) {
+      bucket& b = fresh[k];
+      b.type = slots_[groups[k].front()].type;
+      b.elem = slots_[groups[k].front()].elem;
+      b.grads = groups[k];
+      for (const std::size_t g : groups[k]) {
+        placed[g].bucket = k;
+        placed[g].offset = b.bytes;
+        b.bytes += bytes[g];
+      }
+      b.count = b.bytes / b.elem;
+      b.storage = detail::aligned_bytes(b.bytes);
+      if (compressed(b)) b.wire = detail::aligned_bytes(b.count * 2);
+    }
+    if (built_) {
+      for (std::size_t g = 0; g < slots_.size(); ++g)
+        if (slots_[g].external == nullptr && bytes[g] != 0)
+          std::memcpy(fresh[placed[g].bucket].storage.data() + placed[g].offset,
+                      buckets_[slots_[g].bucket].storage.data() + slots_[g].offset, bytes[g]);
+    }
+    buckets_ = std::move(fresh);
+    slots_ = std::move(placed);
+    log_layout(rebuilding);
+  }
+
+  void reset_iteration() {
+    in_iteration_ = false;
+    next_ = 0;
+    std::fill(marked_.begin(), marked_.end(), 0);
+    std::fill(window_used_.begin(), window_used_.end(), 0);
+    for (bucket& b : buckets_) {
+      b.pending = b.grads.size();
+      b.work = tutti::work{};
+      b.error = nullptr;
+    }
+  }
+
+  [[nodiscard]] bucket_view view(std::size_t k, bool wire) {
+    bucket& b = buckets_[k];
+    bucket_view v;
+    v.index = k;
+    v.bucket_count = buckets_.size();
+    v.type = wire ? (opts_.compress == compression::fp16 ? dtype::float16 : dtype::bfloat16)
+                  : b.type;
+    v.count = b.count;
+    v.data = wire ? static_cast<void*>(b.wire.data()) : static_cast<void*>(b.storage.data());
+    v.gradients = b.grads;
+    return v;
+  }
+
+  // Starts bucket k's all_reduce: fills unmarked gradients, runs the before-hook, divides or
+  // compresses, and issues the async collective. Errors are kept for finish().
+  void launch(std::size_t k) {
+    bucket& b = buckets_[k];
+    try {
+      for (const std::size_t g : b.grads) {
+        if (marked_[g] != 0) continue;
+        const slot& s = slots_[g];
+        if (s.count == 0) continue;
+        std::byte* dst = b.storage.data() + s.offset;
+        if (window_used_[g] == 0) {
+          std::memset(dst, 0, s.count * s.elem);
+        } else if (s.external != nullptr) {
+          std::memcpy(dst, s.external, s.count * s.elem);
+        }
+      }
+      if (opts_.before_all_reduce) opts_.before_all_reduce(view(k, false));
+      const int p = comm_->size();
+      detail::visit_sum_type(b.type, [&]<class T>() {
+        T* data = reinterpret_cast<T*>(b.storage.data());
+        if constexpr (std::is_floating_point_v<T>) {
+          if (compressed(b)) {
+            if (opts_.average) detail::divide_kernel<T>(data, b.count, p);
+            if (opts_.compress == compression::fp16) {
+              auto* w = reinterpret_cast<half*>(b.wire.data());
+              detail::compress_into(w, data, b.count);
+              b.work = comm_->all_reduce_async(std::span<half>(w, b.count), tutti::sum);
+            } else {
+              auto* w = reinterpret_cast<bfloat16*>(b.wire.data());
+              detail::compress_into(w, data, b.count);
+              b.work = comm_->all_reduce_async(std::span<bfloat16>(w, b.count), tutti::sum);
+            }
+            return;
+          }
+        }
+        const std::span<T> all(data, b.count);
+        if (opts_.average && detail::is_float16<T>) {
+          detail::divide_kernel<T>(data, b.count, p);  // before the sum: no overflow
+          b.work = comm_->all_reduce_async(all, tutti::sum);
+        } else if (opts_.average) {
+          b.work = comm_->all_reduce_async(all, tutti::avg);
+        } else {
+          b.work = comm_->all_reduce_async(all, tutti::sum);
+        }
+      });
+    } catch (...) {
+      b.error = std::current_exception();
+    }
+  }
+
+  // After bucket k's all_reduce: decompress, after-hook, write back the used gradients.
+  void complete(std::size_t k) {
+    bucket& b = buckets_[k];
+    if (compressed(b)) {
+      detail::visit_sum_type(b.type, [&]<class T>() {
+        if constexpr (std::is_floating_point_v<T>) {
+          T* data = reinterpret_cast<T*>(b.storage.data());
+          if (opts_.compress == compression::fp16)
+            detail::decompress_into(data, reinterpret_cast<const half*>(b.wire.data()), b.count);
+          else
+            detail::decompress_into(data, reinterpret_cast<const bfloat16*>(b.wire.data()),
+                                    b.count);
+        }
+      });
+    }
+    if (opts_.after_all_reduce) opts_.after_all_reduce(view(k, false));
+    for (const std::size_t g : b.grads) {
+      const slot& s = slots_[g];
+      if (s.external != nullptr && global_used_[g] != 0 && s.count != 0)
+        std::memcpy(s.external, b.storage.data() + s.offset, s.count * s.elem);
+    }
+  }
+
+  // DDP's one-time rebuild: the ready order of the first synchronised iteration (gradients
+  // never marked follow in reverse registration order), rank 0's on every rank.
+  void rebuild() {
+    std::vector<std::uint64_t> order;
+    std::vector<char> seen(slots_.size(), 0);
+    for (const std::size_t g : ready_order_) {
+      order.push_back(g);
+      seen[g] = 1;
+    }
+    for (std::size_t i = slots_.size(); i-- > 0;)
+      if (seen[i] == 0) order.push_back(i);
+    comm_->broadcast(std::span<std::uint64_t>(order), 0);
+    std::vector<std::size_t> agreed(order.begin(), order.end());
+    std::vector<char> check(slots_.size(), 0);
+    for (const std::size_t g : agreed) {
+      if (g >= slots_.size() || check[g] != 0)
+        invalid("rank 0's ready order is not a permutation of the gradients");
+      check[g] = 1;
+    }
+    lay_out(agreed, false, true);
+    rebuilt_ = true;
+    reset_iteration();
+  }
+
+  void log_layout(bool rebuilding) const {
+    if (!detail::debug_info()) return;
+    std::size_t total = 0;
+    for (const bucket& b : buckets_) total += b.bytes;
+    std::string line = "tutti[bucketer] rank " + std::to_string(comm_->rank()) + ": " +
+                       std::to_string(slots_.size()) + " gradients, " + std::to_string(total) +
+                       " bytes in " + std::to_string(buckets_.size()) + " buckets" +
+                       (rebuilding ? " (rebuilt from the ready order)" : "") +
+                       ":";
+    for (std::size_t k = 0; k < buckets_.size(); ++k) {
+      const bucket& b = buckets_[k];
+      line += " [" + std::to_string(k) + "] " + std::string(name(b.type)) + " " +
+              std::to_string(b.bytes) + " B {";
+      // Gradient indices; a descending run as a..b.
+      for (std::size_t j = 0; j < b.grads.size();) {
+        std::size_t e = j;
+        while (e + 1 < b.grads.size() && b.grads[e + 1] + 1 == b.grads[e]) ++e;
+        line += (j == 0 ? "" : ",") + std::to_string(b.grads[j]);
+        if (e != j) line += ".." + std::to_string(b.grads[e]);
+        j = e + 1;
+      }
+      line += "}";
+    }
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+
+  Comm* comm_;
+  bucketer_options opts_;
+  std::vector<slot> slots_;
+  std::vector<bucket> buckets_;
+  std::vector<std::uint8_t> marked_;       // this synchronised iteration
+  std::vector<std::uint8_t> window_used_;  // since the last synchronised finish
+  std::vector<std::uint8_t> global_used_;  // OR over ranks, from the last finish
+  std::vector<std::size_t> ready_order_;   // first synchronised iteration, for the rebuild
+  std::size_t next_ = 0;                   // next bucket to launch
+  int no_sync_depth_ = 0;
+  bool built_ = false;
+  bool in_iteration_ = false;
+  bool rebuilt_ = false;
+};
+
+}  // namespace tutti
