@@ -595,28 +595,32 @@ class bucketer {
     reset_iteration();
   }
 
+  // One line; built with appends only (GCC 12's -Wrestrict misfires on "lit" + string&&).
   void log_layout(bool rebuilding) const {
     if (!detail::debug_info()) return;
     std::size_t total = 0;
     for (const bucket& b : buckets_) total += b.bytes;
-    std::string line = "tutti[bucketer] rank " + std::to_string(comm_->rank()) + ": " +
-                       std::to_string(slots_.size()) + " gradients, " + std::to_string(total) +
-                       " bytes in " + std::to_string(buckets_.size()) + " buckets" +
-                       (rebuilding ? " (rebuilt from the ready order)" : "") +
-                       ":";
+    std::string line = "tutti[bucketer] rank ";
+    line.append(std::to_string(comm_->rank())).append(": ");
+    line.append(std::to_string(slots_.size())).append(" gradients, ");
+    line.append(std::to_string(total)).append(" bytes in ");
+    line.append(std::to_string(buckets_.size())).append(" buckets");
+    if (rebuilding) line.append(" (rebuilt from the ready order)");
+    line.append(":");
     for (std::size_t k = 0; k < buckets_.size(); ++k) {
       const bucket& b = buckets_[k];
-      line += " [" + std::to_string(k) + "] " + std::string(name(b.type)) + " " +
-              std::to_string(b.bytes) + " B {";
+      line.append(" [").append(std::to_string(k)).append("] ").append(name(b.type));
+      line.append(" ").append(std::to_string(b.bytes)).append(" B {");
       // Gradient indices; a descending run as a..b.
       for (std::size_t j = 0; j < b.grads.size();) {
         std::size_t e = j;
         while (e + 1 < b.grads.size() && b.grads[e + 1] + 1 == b.grads[e]) ++e;
-        line += (j == 0 ? "" : ",") + std::to_string(b.grads[j]);
-        if (e != j) line += ".." + std::to_string(b.grads[e]);
+        if (j != 0) line.append(",");
+        line.append(std::to_string(b.grads[j]));
+        if (e != j) line.append("..").append(std::to_string(b.grads[e]));
         j = e + 1;
       }
-      line += "}";
+      line.append("}");
     }
     std::fprintf(stderr, "%s\n", line.c_str());
   }
