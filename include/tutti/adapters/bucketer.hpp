@@ -582,7 +582,10 @@ class bucketer {
     }
     for (std::size_t i = slots_.size(); i-- > 0;)
       if (seen[i] == 0) order.push_back(i);
-    comm_->broadcast(std::span<std::uint64_t>(order), 0);
+    // Rank 0's order to every rank: an all_reduce (sum) of it and zeros, which every policy
+    // implements (not all have broadcast).
+    if (comm_->rank() != 0) std::fill(order.begin(), order.end(), 0);
+    comm_->all_reduce(std::span<std::uint64_t>(order), tutti::sum);
     std::vector<std::size_t> agreed(order.begin(), order.end());
     std::vector<char> check(slots_.size(), 0);
     for (const std::size_t g : agreed) {

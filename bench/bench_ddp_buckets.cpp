@@ -1,0 +1,211 @@
+// Gradient reduction of a ResNet-50-shaped parameter set (161 float tensors, 25,557,032
+// parameters, 102 MB) over tutti::shm, four ways, in the same run:
+//   bucketed       tutti::bucketer, gradients owned by the buckets (views, no copy), every
+//                  tensor marked ready in backward order, then finish() (DDP's default caps:
+//                  first bucket 1 MiB, then 25 MiB)
+//   bucketed-copy  the same with the gradients in the caller's buffers (copied in and out)
+//   flat           one all_reduce (avg) of one buffer of all 25.6M floats
+//   per-tensor     161 blocking all_reduce (avg) calls, one per tensor
+// Time per iteration = the mean over `--iters` timed iterations after `--warmup`, the max over
+// ranks. The first bucketed iteration is checked against the exact average.
+//
+//   ./bench_ddp_buckets --np 4 [--iters 10] [--warmup 2] [--algo NAME]
+//
+// bench-smoke-args: --np 2 --iters 1 --warmup 1
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <tutti/tutti.hpp>
+
+namespace {
+
+// torchvision's resnet50() parameters in registration (forward) order: conv weights
+// (out, in, kh, kw), batch-norm weight and bias (c each), and the classifier (1000 x 2048,
+// 1000).
+std::vector<std::size_t> resnet50_tensors() {
+  std::vector<std::size_t> t;
+  auto conv = [&](std::size_t out, std::size_t in, std::size_t k) { t.push_back(out * in * k * k); };
+  auto bn = [&](std::size_t c) {
+    t.push_back(c);
+    t.push_back(c);
+  };
+  conv(64, 3, 7);  // stem
+  bn(64);
+  std::size_t in = 64;
+  const std::size_t widths[] = {64, 128, 256, 512};
+  const std::size_t blocks[] = {3, 4, 6, 3};
+  for (std::size_t stage = 0; stage < 4; ++stage) {
+    const std::size_t w = widths[stage], out = w * 4;
+    for (std::size_t b = 0; b < blocks[stage]; ++b) {
+      conv(w, in, 1);  // bottleneck: 1x1, 3x3, 1x1
+      bn(w);
+      conv(w, w, 3);
+      bn(w);
+      conv(out, w, 1);
+      bn(out);
+      if (b == 0) {  // projection shortcut
+        conv(out, in, 1);
+        bn(out);
+      }
+      in = out;
+    }
+  }
+  t.push_back(1000 * 2048);  // fc
+  t.push_back(1000);
+  return t;
+}
+
+struct args {
+  int np = 2;
+  int iters = 10;
+  int warmup = 2;
+  std::string algo = "automatic";
+};
+
+using clock_type = std::chrono::steady_clock;
+
+template <class Comm>
+double max_over_ranks(Comm& comm, double x) {
+  comm.all_reduce(std::span<double>(&x, 1), tutti::max);
+  return x;
+}
+
+// Seconds per call of f: warmup calls, then iters timed as one block; the max over ranks.
+template <class Comm, class F>
+double time_it(Comm& comm, const args& a, F&& f) {
+  for (int i = 0; i < a.warmup; ++i) f();
+  comm.barrier();
+  const auto t0 = clock_type::now();
+  for (int i = 0; i < a.iters; ++i) f();
+  const double s = std::chrono::duration<double>(clock_type::now() - t0).count() / a.iters;
+  return max_over_ranks(comm, s);
+}
+
+template <class Comm>
+int run(Comm& comm, const args& a) {
+  const auto sizes = resnet50_tensors();
+  std::size_t total = 0;
+  for (const std::size_t n : sizes) total += n;
+  if (sizes.size() != 161 || total != 25'557'032) {
+    std::fprintf(stderr, "bench_ddp_buckets: parameter set is wrong (%zu tensors, %zu)\n",
+                 sizes.size(), total);
+    return 1;
+  }
+  const int r = comm.rank(), p = comm.size();
+  const auto value = [&](std::size_t t, int rank) {
+    return static_cast<float>(p * (1 + rank + static_cast<int>(t % 7)));
+  };
+
+  // Bucketed, owned storage. Check the first iteration: the average of p*(1 + rank + t%7)
+  // over the ranks is p*(1 + t%7) + p(p-1)/2, exact in float.
+  tutti::bucketer owned(comm);
+  for (const std::size_t n : sizes) owned.template add<float>(n);
+  for (std::size_t t = 0; t < sizes.size(); ++t)
+    for (float& x : owned.template gradient<float>(t)) x = value(t, r);
+  auto backward = [&](auto& b) {
+    for (std::size_t t = sizes.size(); t-- > 0;) b.mark_ready(t);
+    b.finish();
+  };
+  backward(owned);
+  std::uint64_t wrong = 0;
+  for (std::size_t t = 0; t < sizes.size(); ++t) {
+    const float want = static_cast<float>(p * (1 + static_cast<int>(t % 7))) +
+                       static_cast<float>(p * (p - 1)) / 2.0f;
+    for (const float x : owned.template gradient<float>(t)) wrong += x != want ? 1 : 0;
+  }
+  comm.all_reduce(std::span<std::uint64_t>(&wrong, 1), tutti::sum);
+  const double t_bucketed = time_it(comm, a, [&] { backward(owned); });
+  const std::size_t n_buckets = owned.layout().size();
+
+  // Bucketed, caller-owned buffers.
+  std::vector<std::vector<float>> mine(sizes.size());
+  tutti::bucketer copied(comm);
+  for (std::size_t t = 0; t < sizes.size(); ++t) {
+    mine[t].assign(sizes[t], value(t, r));
+    copied.add(std::span<float>(mine[t]));
+  }
+  const double t_copied = time_it(comm, a, [&] { backward(copied); });
+
+  // One flat all_reduce of the same bytes.
+  std::vector<float> flat(total, 1.0f);
+  const double t_flat =
+      time_it(comm, a, [&] { comm.all_reduce(std::span<float>(flat), tutti::avg); });
+
+  // One blocking all_reduce per tensor.
+  const double t_each = time_it(comm, a, [&] {
+    for (auto& g : mine) comm.all_reduce(std::span<float>(g), tutti::avg);
+  });
+
+  if (r == 0) {
+    std::printf("# ResNet-50 gradients: %zu float tensors, %zu parameters (%.1f MB); %d ranks "
+                "over tutti::shm, algorithm %s; %d timed iterations after %d warm-up\n",
+                sizes.size(), total, static_cast<double>(total) * 4 / 1e6, p,
+                Comm::algorithm_type::name, a.iters, a.warmup);
+    std::printf("# %-14s %10s %10s %10s\n", "mode", "ms/iter", "GB/s", "vs flat");
+    const auto row = [&](const char* name, double s) {
+      std::printf("  %-14s %10.2f %10.2f %9.2fx\n", name, s * 1e3,
+                  static_cast<double>(total) * 4 / s / 1e9, s / t_flat);
+    };
+    row("flat", t_flat);
+    row("bucketed", t_bucketed);
+    row("bucketed-copy", t_copied);
+    row("per-tensor", t_each);
+    std::printf("# bucketed: %zu buckets; per-tensor / bucketed = %.2fx; #wrong %llu\n", n_buckets,
+                t_each / t_bucketed, static_cast<unsigned long long>(wrong));
+  }
+  return wrong == 0 ? 0 : 1;
+}
+
+template <class Algo>
+int run_algo(const args& a) {
+  auto comm = tutti::communicator<tutti::shm, Algo>::from_env();
+  return run(comm, a);
+}
+
+int dispatch(const args& a) {
+  if (a.algo == "ring") return run_algo<tutti::ring>(a);
+  if (a.algo == "direct") return run_algo<tutti::direct>(a);
+  if (a.algo == "recursive_halving") return run_algo<tutti::recursive_halving>(a);
+  return run_algo<tutti::automatic>(a);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view k = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "usage: %s [--np N] [--iters N] [--warmup N] [--algo NAME]\n",
+                   argv[0]);
+      return 2;
+    }
+    const char* v = argv[++i];
+    if (k == "--np") {
+      a.np = std::atoi(v);
+    } else if (k == "--iters") {
+      a.iters = std::atoi(v);
+    } else if (k == "--warmup") {
+      a.warmup = std::atoi(v);
+    } else if (k == "--algo" && (std::string_view(v) == "automatic" ||
+                                 std::string_view(v) == "ring" || std::string_view(v) == "direct" ||
+                                 std::string_view(v) == "recursive_halving")) {
+      a.algo = v;
+    } else {
+      std::fprintf(stderr, "%s: bad argument %s %s\n", argv[0], argv[i - 1], v);
+      return 2;
+    }
+  }
+  if (a.np < 1 || a.iters < 1 || a.warmup < 0) {
+    std::fprintf(stderr, "%s: --np and --iters must be >= 1, --warmup >= 0\n", argv[0]);
+    return 2;
+  }
+  return tutti::spawn(a.np, [&a] { return dispatch(a); });
+}
