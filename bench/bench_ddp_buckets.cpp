@@ -31,7 +31,9 @@ namespace {
 // 1000).
 std::vector<std::size_t> resnet50_tensors() {
   std::vector<std::size_t> t;
-  auto conv = [&](std::size_t out, std::size_t in, std::size_t k) { t.push_back(out * in * k * k); };
+  auto conv = [&](std::size_t out, std::size_t in, std::size_t k) {
+    t.push_back(out * in * k * k);
+  };
   auto bn = [&](std::size_t c) {
     t.push_back(c);
     t.push_back(c);
@@ -144,10 +146,11 @@ int run(Comm& comm, const args& a) {
   });
 
   if (r == 0) {
-    std::printf("# ResNet-50 gradients: %zu float tensors, %zu parameters (%.1f MB); %d ranks "
-                "over tutti::shm, algorithm %s; %d timed iterations after %d warm-up\n",
-                sizes.size(), total, static_cast<double>(total) * 4 / 1e6, p,
-                Comm::algorithm_type::name, a.iters, a.warmup);
+    std::printf(
+        "# ResNet-50 gradients: %zu float tensors, %zu parameters (%.1f MB); %d ranks "
+        "over tutti::shm, algorithm %s; %d timed iterations after %d warm-up\n",
+        sizes.size(), total, static_cast<double>(total) * 4 / 1e6, p, Comm::algorithm_type::name,
+        a.iters, a.warmup);
     std::printf("# %-14s %10s %10s %10s\n", "mode", "ms/iter", "GB/s", "vs flat");
     const auto row = [&](const char* name, double s) {
       std::printf("  %-14s %10.2f %10.2f %9.2fx\n", name, s * 1e3,
@@ -183,8 +186,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view k = argv[i];
     if (i + 1 >= argc) {
-      std::fprintf(stderr, "usage: %s [--np N] [--iters N] [--warmup N] [--algo NAME]\n",
-                   argv[0]);
+      std::fprintf(stderr, "usage: %s [--np N] [--iters N] [--warmup N] [--algo NAME]\n", argv[0]);
       return 2;
     }
     const char* v = argv[++i];
@@ -194,9 +196,9 @@ int main(int argc, char** argv) {
       a.iters = std::atoi(v);
     } else if (k == "--warmup") {
       a.warmup = std::atoi(v);
-    } else if (k == "--algo" && (std::string_view(v) == "automatic" ||
-                                 std::string_view(v) == "ring" || std::string_view(v) == "direct" ||
-                                 std::string_view(v) == "recursive_halving")) {
+    } else if (k == "--algo" &&
+               (std::string_view(v) == "automatic" || std::string_view(v) == "ring" ||
+                std::string_view(v) == "direct" || std::string_view(v) == "recursive_halving")) {
       a.algo = v;
     } else {
       std::fprintf(stderr, "%s: bad argument %s %s\n", argv[0], argv[i - 1], v);

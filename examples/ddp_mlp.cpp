@@ -32,9 +32,9 @@ constexpr std::size_t in_dim = 16, hidden = 64, out_dim = 4;
 
 struct config {
   int np = 2;
-  std::size_t batch = 8;     // samples per rank and micro-batch
-  std::size_t accum = 1;     // micro-batches per optimizer step
-  std::size_t steps = 60;    // optimizer steps
+  std::size_t batch = 8;   // samples per rank and micro-batch
+  std::size_t accum = 1;   // micro-batches per optimizer step
+  std::size_t steps = 60;  // optimizer steps
   std::size_t samples = 1024;
   float lr = 0.05f;
   std::string save;
@@ -61,8 +61,8 @@ void sample(std::size_t i, float* x, float* y) {
 
 // Parameters in forward order: W1 b1 W2 b2 W3 b3 (row-major, out x in).
 struct shapes {
-  static constexpr std::size_t sizes[6] = {hidden * in_dim, hidden, hidden * hidden,
-                                           hidden,          out_dim * hidden, out_dim};
+  static constexpr std::size_t sizes[6] = {hidden * in_dim, hidden,          hidden* hidden,
+                                           hidden,          out_dim* hidden, out_dim};
 };
 
 template <class Comm>
@@ -199,8 +199,8 @@ int train(Comm& comm, const config& c) {
     }
     float loss = 0;
     for (std::size_t micro = 0; micro < c.accum; ++micro) {
-      const std::span<const std::size_t> batch(order.data() + (in_epoch * c.accum + micro) * c.batch,
-                                               c.batch);
+      const std::span<const std::size_t> batch(
+          order.data() + (in_epoch * c.accum + micro) * c.batch, c.batch);
       if (micro + 1 < c.accum) {
         auto local = m.grads().no_sync();  // accumulate only
         loss += m.forward_backward(batch, weight);

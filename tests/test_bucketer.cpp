@@ -2,8 +2,6 @@
 // bucket, reverse registration order, rebuild), reduction results for every type at 1-4 ranks,
 // out-of-order mark_ready, unused gradients, no_sync accumulation, hooks and compression, and
 // errors — over tutti::inproc (the bucketer is generic over the communicator).
-#include <doctest/doctest.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -11,6 +9,8 @@
 #include <span>
 #include <string>
 #include <vector>
+
+#include <doctest/doctest.h>
 
 #include <tutti/adapters/bucketer.hpp>
 #include <tutti/tutti.hpp>
@@ -38,8 +38,8 @@ TEST_CASE("bucketer: DDP's default capacities, reverse registration order") {
   solo([](auto& comm) {
     tutti::bucketer b(comm);
     // Forward order; bytes 400 K, 600 K, 300 K, 2 M, 100 K, 30 M, 5 M (floats).
-    for (std::size_t bytes : {400'000U, 600'000U, 300'000U, 2'000'000U, 100'000U, 30'000'000U,
-                              5'000'000U})
+    for (std::size_t bytes :
+         {400'000U, 600'000U, 300'000U, 2'000'000U, 100'000U, 30'000'000U, 5'000'000U})
       b.template add<float>(bytes / 4);
     // Reverse: 6 (5 MB >= 1 MiB closes the first bucket), 5 (30 MB >= 25 MiB closes the
     // second), then 4 3 2 1 0 (3.4 MB) flushed at the end.
@@ -61,12 +61,12 @@ TEST_CASE("bucketer: the first bucket of each type is the small one; types never
   });
   solo([](auto& comm) {
     tutti::bucketer b(comm, {.first_bucket_bytes = 16, .bucket_bytes = 32});
-    b.template add<float>(4);           // 0: 16 B
-    b.template add<tutti::half>(4);     // 1: 8 B
-    b.template add<float>(2);           // 2: 8 B
-    b.template add<tutti::half>(8);     // 3: 16 B
-    b.template add<float>(6);           // 4: 24 B
-    b.template add<tutti::half>(4);     // 5: 8 B
+    b.template add<float>(4);        // 0: 16 B
+    b.template add<tutti::half>(4);  // 1: 8 B
+    b.template add<float>(2);        // 2: 8 B
+    b.template add<tutti::half>(8);  // 3: 16 B
+    b.template add<float>(6);        // 4: 24 B
+    b.template add<tutti::half>(4);  // 5: 8 B
     // Reverse: 5 opens half; 4 (float 24 >= 16) closes {4}; 3 (half 24 >= 16) closes {5,3};
     // 2 float, 1 half, 0 float (24 < 32). Flushed in order of first appearance: {1}, {2,0}.
     // Sorted by the position of the first gradient: {5,3} {4} {2,0} {1}.
@@ -100,10 +100,8 @@ TEST_CASE("bucketer: assign_buckets keeps closing order when not sorting (rebuil
   CHECK(tutti::detail::assign_buckets(order, t, bytes, limits, false) == groups{{0, 2}, {1, 3}});
   const std::vector<std::size_t> order2{3, 0, 1, 2};
   // double: 3 (24 >= 16) closes first; float 0 + 2 closes; double 1 flushed.
-  CHECK(tutti::detail::assign_buckets(order2, t, bytes, limits, false) ==
-        groups{{3}, {0, 2}, {1}});
-  CHECK(tutti::detail::assign_buckets(order2, t, bytes, limits, true) ==
-        groups{{3}, {0, 2}, {1}});
+  CHECK(tutti::detail::assign_buckets(order2, t, bytes, limits, false) == groups{{3}, {0, 2}, {1}});
+  CHECK(tutti::detail::assign_buckets(order2, t, bytes, limits, true) == groups{{3}, {0, 2}, {1}});
 }
 
 namespace {
@@ -170,9 +168,9 @@ void check_types(int p) {
 TEST_CASE("bucketer: every type averages exactly at 1-4 ranks") {
   for (int p = 1; p <= 4; ++p) {
     CAPTURE(p);
-    check_types<std::int8_t, std::uint8_t, std::int16_t, std::uint16_t, std::int32_t,
-                std::uint32_t, std::int64_t, std::uint64_t, tutti::half, tutti::bfloat16, float,
-                double, long double>(p);
+    check_types<std::int8_t, std::uint8_t, std::int16_t, std::uint16_t, std::int32_t, std::uint32_t,
+                std::int64_t, std::uint64_t, tutti::half, tutti::bfloat16, float, double,
+                long double>(p);
   }
 }
 
@@ -206,13 +204,12 @@ TEST_CASE("bucketer: buckets start in order, each as soon as it and the earlier 
     std::size_t marks = 0;
     tutti::bucketer b(comm, {.first_bucket_bytes = 4,
                              .bucket_bytes = 4,
-                             .before_all_reduce =
-                                 [&](const tutti::bucket_view& v) {
-                                   launched.push_back(v.index);
-                                   at_mark.push_back(marks);
-                                   CHECK(v.bucket_count == 4);
-                                   CHECK(v.is_last() == (v.index == 3));
-                                 }});
+                             .before_all_reduce = [&](const tutti::bucket_view& v) {
+                               launched.push_back(v.index);
+                               at_mark.push_back(marks);
+                               CHECK(v.bucket_count == 4);
+                               CHECK(v.is_last() == (v.index == 3));
+                             }});
     std::vector<std::vector<float>> g(4, std::vector<float>(1, 1.0f));
     for (auto& x : g) b.add(std::span<float>(x));
     // Buckets: {3} {2} {1} {0}. Mark 0, 1, 3, 2: nothing starts until 3 is ready, then
@@ -309,21 +306,19 @@ TEST_CASE("bucketer: hooks see the local bucket before and the average after") {
   tutti::inproc::run(2, [](auto& comm) {
     const int r = comm.rank();
     std::vector<float> before, after;
-    tutti::bucketer b(
-        comm,
-        {.before_all_reduce =
-             [&](const tutti::bucket_view& v) {
-               auto s = v.template as<float>();
-               before.assign(s.begin(), s.end());
-               for (float& x : s) x *= 2.0f;  // e.g. a loss scale
-               CHECK_THROWS_AS((void)v.template as<double>(), tutti::error);
-             },
-         .after_all_reduce =
-             [&](const tutti::bucket_view& v) {
-               auto s = v.template as<float>();
-               after.assign(s.begin(), s.end());
-               for (float& x : s) x += 1.0f;
-             }});
+    tutti::bucketer b(comm, {.before_all_reduce =
+                                 [&](const tutti::bucket_view& v) {
+                                   auto s = v.template as<float>();
+                                   before.assign(s.begin(), s.end());
+                                   for (float& x : s) x *= 2.0f;  // e.g. a loss scale
+                                   CHECK_THROWS_AS((void)v.template as<double>(), tutti::error);
+                                 },
+                             .after_all_reduce =
+                                 [&](const tutti::bucket_view& v) {
+                                   auto s = v.template as<float>();
+                                   after.assign(s.begin(), s.end());
+                                   for (float& x : s) x += 1.0f;
+                                 }});
     std::vector<float> g{static_cast<float>(r + 1), 10.0f};
     b.add(std::span<float>(g));
     b.mark_ready(0);
@@ -370,9 +365,8 @@ TEST_CASE("bucketer: fp16 and bf16 compression move 16-bit values") {
 TEST_CASE("bucketer: one rebuild from rank 0's ready order") {
   tutti::inproc::run(2, [](auto& comm) {
     const int r = comm.rank();
-    tutti::bucketer b(comm, {.first_bucket_bytes = 8,
-                             .bucket_bytes = 16,
-                             .rebuild_from_ready_order = true});
+    tutti::bucketer b(
+        comm, {.first_bucket_bytes = 8, .bucket_bytes = 16, .rebuild_from_ready_order = true});
     for (int k = 0; k < 4; ++k) b.template add<float>(2);  // 8 bytes each
     REQUIRE(grads_of(b) == groups{{3}, {2, 1}, {0}});
     for (std::size_t k = 0; k < 4; ++k) {
@@ -381,8 +375,8 @@ TEST_CASE("bucketer: one rebuild from rank 0's ready order") {
     }
     // Rank 0 marks 1, 0, 3 and never 2; rank 1 another order. The agreed order is rank 0's,
     // then the unmarked ones in reverse registration order: 1 0 3 2.
-    const std::vector<std::size_t> mine = r == 0 ? std::vector<std::size_t>{1, 0, 3}
-                                                 : std::vector<std::size_t>{3, 2, 1, 0};
+    const std::vector<std::size_t> mine =
+        r == 0 ? std::vector<std::size_t>{1, 0, 3} : std::vector<std::size_t>{3, 2, 1, 0};
     for (std::size_t k : mine) b.mark_ready(k);
     b.finish();
     CHECK(b.rebuilt());
@@ -391,7 +385,7 @@ TEST_CASE("bucketer: one rebuild from rank 0's ready order") {
     // The owned values moved with their gradients: the averages of the first iteration.
     CHECK(b.template gradient<float>(0)[1] == 1.0f);
     CHECK(b.template gradient<float>(1)[0] == 2.0f);
-    CHECK(b.template gradient<float>(2)[0] == (r == 0 ? 1.5f : 1.5f));  // (0 + 3) / 2
+    CHECK(b.template gradient<float>(2)[0] == 1.5f);  // (0 + 3) / 2: only rank 1 marked it
     CHECK(b.template gradient<float>(3)[1] == 4.0f);
     // Later iterations keep that layout.
     for (std::size_t k = 0; k < 4; ++k) b.mark_ready(3 - k);

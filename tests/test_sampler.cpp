@@ -2,8 +2,6 @@
 // computed by hand from torch's definition (reference/torch_distributed.md §6); shuffled ones
 // were printed by torch 2.x's DistributedSampler for the same arguments (list(sampler) per
 // rank after set_epoch), so they pin tutti's permutation to torch.randperm bit for bit.
-#include <doctest/doctest.h>
-
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -11,6 +9,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include <doctest/doctest.h>
 
 #include <tutti/adapters/sampler.hpp>
 
@@ -136,8 +136,8 @@ TEST_CASE("sampler: the permutation algorithms") {
   // The inside-out variant torch.randperm uses from UINT32_MAX / 20 elements on (checked
   // against torch at n = 214748364; here its first steps on a small n).
   CHECK(tutti::detail::randperm_inside_out(20, a) ==
-        std::vector<std::size_t>{13, 5, 17, 2, 10, 7, 6, 3, 4, 14, 11, 9, 12, 19, 18, 15, 16, 1,
-                                 0, 8});
+        std::vector<std::size_t>{13, 5, 17, 2,  10, 7,  6,  3, 4, 14,
+                                 11, 9, 12, 19, 18, 15, 16, 1, 0, 8});
   std::mt19937 b(0);
   // torch.randperm(10) after manual_seed(0).
   const auto p = tutti::detail::torch_randperm(10, 0);

@@ -370,8 +370,9 @@ class bucketer {
   /// \throws tutti::error(errc::invalid_argument) in the middle of a synchronised iteration.
   [[nodiscard]] no_sync_guard no_sync() {
     if (in_iteration_)
-      invalid("no_sync() entered in the middle of a synchronised iteration (after mark_ready, "
-              "before finish)");
+      invalid(
+          "no_sync() entered in the middle of a synchronised iteration (after mark_ready, "
+          "before finish)");
     return no_sync_guard(this);
   }
 
@@ -408,8 +409,9 @@ class bucketer {
 
   std::size_t add_slot(dtype t, std::size_t elem, std::size_t count, void* external) {
     if (built_)
-      invalid("add() after the bucket layout was fixed (by mark_ready, finish, gradient or "
-              "layout): register every gradient first");
+      invalid(
+          "add() after the bucket layout was fixed (by mark_ready, finish, gradient or "
+          "layout): register every gradient first");
     slots_.push_back(slot{t, elem, count, external});
     return slots_.size() - 1;
   }
@@ -490,8 +492,8 @@ class bucketer {
     bucket_view v;
     v.index = k;
     v.bucket_count = buckets_.size();
-    v.type = wire ? (opts_.compress == compression::fp16 ? dtype::float16 : dtype::bfloat16)
-                  : b.type;
+    v.type =
+        wire ? (opts_.compress == compression::fp16 ? dtype::float16 : dtype::bfloat16) : b.type;
     v.count = b.count;
     v.data = wire ? static_cast<void*>(b.wire.data()) : static_cast<void*>(b.storage.data());
     v.gradients = b.grads;

@@ -31,8 +31,7 @@ namespace detail {
 
 /// torch.randperm's inside-out Fisher-Yates with 64-bit draws: for i in [0, n):
 /// z = ((hi << 32) | lo) % (i + 1) with hi = mt(), lo = mt(); p[i] = p[z]; p[z] = i.
-[[nodiscard]] inline std::vector<std::size_t> randperm_inside_out(std::size_t n,
-                                                                  std::mt19937& mt) {
+[[nodiscard]] inline std::vector<std::size_t> randperm_inside_out(std::size_t n, std::mt19937& mt) {
   std::vector<std::size_t> p(n);
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint64_t hi = mt();
@@ -92,11 +91,10 @@ class distributed_sampler {
   distributed_sampler(std::size_t dataset_size, int num_replicas, int rank,
                       sampler_options opts = {})
       : n_(dataset_size), replicas_(num_replicas), rank_(rank), opts_(opts) {
-    if (num_replicas < 1)
-      invalid("num_replicas=" + std::to_string(num_replicas) + " must be >= 1");
+    if (num_replicas < 1) invalid("num_replicas=" + std::to_string(num_replicas) + " must be >= 1");
     if (rank < 0 || rank >= num_replicas)
-      invalid("rank=" + std::to_string(rank) + " is not in [0, num_replicas=" +
-              std::to_string(num_replicas) + ")");
+      invalid("rank=" + std::to_string(rank) +
+              " is not in [0, num_replicas=" + std::to_string(num_replicas) + ")");
     const auto p = static_cast<std::size_t>(num_replicas);
     num_samples_ = (opts.drop_last && n_ % p != 0) ? n_ / p : n_ / p + (n_ % p != 0 ? 1 : 0);
     if (num_samples_ > std::numeric_limits<std::size_t>::max() / p)
