@@ -4,7 +4,7 @@
 # (release only, the portfile's options, FEATURES -> vcpkg_check_features), and
 # vcpkg_cmake_config_fixup moves share/cmake/tutti to share/tutti the way vcpkg does. Then the
 # port's usage snippet (vcpkg/) is built against the result.
-#   FEATURES: the port features to build (a list; gloo needs Gloo installed here).
+#   FEATURES: the port features to build (a list; each needs its dependency installed here).
 cmake_minimum_required(VERSION 3.25)
 include("${CMAKE_CURRENT_LIST_DIR}/common.cmake")
 
@@ -138,6 +138,17 @@ foreach(_file IN ITEMS include/tutti/tutti.hpp share/${PORT}/${PORT}Config.cmake
   if(NOT EXISTS "${CURRENT_PACKAGES_DIR}/${_file}")
     message(FATAL_ERROR "the port did not install ${_file}")
   endif()
+endforeach()
+foreach(_feature IN LISTS FEATURES)
+  string(SUBSTRING "${_feature}" 0 1 _first)
+  string(TOUPPER "${_first}" _first)
+  string(SUBSTRING "${_feature}" 1 -1 _rest)
+  foreach(_file IN ITEMS share/${PORT}/tutti${_first}${_rest}Targets.cmake
+                         share/pkgconfig/tutti-${_feature}.pc)
+    if(NOT EXISTS "${CURRENT_PACKAGES_DIR}/${_file}")
+      message(FATAL_ERROR "feature ${_feature}: the port did not install ${_file}")
+    endif()
+  endforeach()
 endforeach()
 foreach(_dir IN ITEMS lib debug share/cmake)
   if(EXISTS "${CURRENT_PACKAGES_DIR}/${_dir}")
