@@ -264,11 +264,11 @@ class bucketer {
   template <element T>
   [[nodiscard]] std::span<T> gradient(std::size_t i) {
     check_index(i, "gradient");
+    build();  // first: it replaces slots_
     const slot& s = slots_[i];
     if (dtype_of<T> != s.type)
       invalid("gradient " + std::to_string(i) + " holds " + std::string(name(s.type)) + ", not " +
               std::string(name(dtype_of<T>)));
-    build();
     return {static_cast<T*>(where(i)), s.count};
   }
 
