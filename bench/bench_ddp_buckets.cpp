@@ -7,11 +7,14 @@
 //   flat           one all_reduce (avg) of one buffer of all 25.6M floats
 //   per-tensor     161 blocking all_reduce (avg) calls, one per tensor
 // Time per iteration = the mean over `--iters` timed iterations after `--warmup`, the max over
-// ranks. The first bucketed iteration is checked against the exact average.
+// ranks; the modes take turns for `--rounds` rounds and each reports its median round. The
+// first bucketed iteration is checked against the exact average.
 //
-//   ./bench_ddp_buckets --np 4 [--iters 10] [--warmup 2] [--algo NAME]
+//   ./bench_ddp_buckets --np 4 [--iters 10] [--warmup 2] [--rounds 5] [--algo NAME]
+//                       [--bucket-mib 25]
 //
-// bench-smoke-args: --np 2 --iters 1 --warmup 1
+// bench-smoke-args: --np 2 --iters 1 --warmup 1 --rounds 1
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -68,10 +71,18 @@ struct args {
   int np = 2;
   int iters = 10;
   int warmup = 2;
+  int rounds = 5;
   std::string algo = "automatic";
+  double bucket_mib = 25;  // DDP's bucket_cap_mb
 };
 
 using clock_type = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
 
 template <class Comm>
 double max_over_ranks(Comm& comm, double x) {
@@ -107,7 +118,9 @@ int run(Comm& comm, const args& a) {
 
   // Bucketed, owned storage. Check the first iteration: the average of p*(1 + rank + t%7)
   // over the ranks is p*(1 + t%7) + p(p-1)/2, exact in float.
-  tutti::bucketer owned(comm);
+  const tutti::bucketer_options caps{.bucket_bytes =
+                                         static_cast<std::size_t>(a.bucket_mib * 1024 * 1024)};
+  tutti::bucketer owned(comm, caps);
   for (const std::size_t n : sizes) owned.template add<float>(n);
   for (std::size_t t = 0; t < sizes.size(); ++t)
     for (float& x : owned.template gradient<float>(t)) x = value(t, r);
@@ -123,45 +136,51 @@ int run(Comm& comm, const args& a) {
     for (const float x : owned.template gradient<float>(t)) wrong += x != want ? 1 : 0;
   }
   comm.all_reduce(std::span<std::uint64_t>(&wrong, 1), tutti::sum);
-  const double t_bucketed = time_it(comm, a, [&] { backward(owned); });
   const std::size_t n_buckets = owned.layout().size();
 
   // Bucketed, caller-owned buffers.
   std::vector<std::vector<float>> mine(sizes.size());
-  tutti::bucketer copied(comm);
+  tutti::bucketer copied(comm, caps);
   for (std::size_t t = 0; t < sizes.size(); ++t) {
     mine[t].assign(sizes[t], value(t, r));
     copied.add(std::span<float>(mine[t]));
   }
-  const double t_copied = time_it(comm, a, [&] { backward(copied); });
-
-  // One flat all_reduce of the same bytes.
   std::vector<float> flat(total, 1.0f);
-  const double t_flat =
-      time_it(comm, a, [&] { comm.all_reduce(std::span<float>(flat), tutti::avg); });
 
-  // One blocking all_reduce per tensor.
-  const double t_each = time_it(comm, a, [&] {
-    for (auto& g : mine) comm.all_reduce(std::span<float>(g), tutti::avg);
-  });
+  // The four modes take turns, `rounds` times, so that a slow phase of the machine hits them
+  // alike; each mode's time is the median of its rounds.
+  std::vector<double> t_bucketed, t_copied, t_flat_all, t_each_all;
+  for (int round = 0; round < a.rounds; ++round) {
+    t_flat_all.push_back(
+        time_it(comm, a, [&] { comm.all_reduce(std::span<float>(flat), tutti::avg); }));
+    t_bucketed.push_back(time_it(comm, a, [&] { backward(owned); }));
+    t_copied.push_back(time_it(comm, a, [&] { backward(copied); }));
+    t_each_all.push_back(time_it(comm, a, [&] {
+      for (auto& g : mine) comm.all_reduce(std::span<float>(g), tutti::avg);
+    }));
+  }
+  const double t_flat = median(t_flat_all), t_each = median(t_each_all);
 
   if (r == 0) {
     std::printf(
         "# ResNet-50 gradients: %zu float tensors, %zu parameters (%.1f MB); %d ranks "
-        "over tutti::shm, algorithm %s; %d timed iterations after %d warm-up\n",
+        "over tutti::shm, algorithm %s; median of %d rounds of %d iterations after %d warm-up\n",
         sizes.size(), total, static_cast<double>(total) * 4 / 1e6, p, Comm::algorithm_type::name,
-        a.iters, a.warmup);
+        a.rounds, a.iters, a.warmup);
     std::printf("# %-14s %10s %10s %10s\n", "mode", "ms/iter", "GB/s", "vs flat");
     const auto row = [&](const char* name, double s) {
       std::printf("  %-14s %10.2f %10.2f %9.2fx\n", name, s * 1e3,
                   static_cast<double>(total) * 4 / s / 1e9, s / t_flat);
     };
     row("flat", t_flat);
-    row("bucketed", t_bucketed);
-    row("bucketed-copy", t_copied);
+    row("bucketed", median(t_bucketed));
+    row("bucketed-copy", median(t_copied));
     row("per-tensor", t_each);
-    std::printf("# bucketed: %zu buckets; per-tensor / bucketed = %.2fx; #wrong %llu\n", n_buckets,
-                t_each / t_bucketed, static_cast<unsigned long long>(wrong));
+    std::printf(
+        "# bucketed: %zu buckets (first 1 MiB, then %g MiB); per-tensor / bucketed = %.2fx; #wrong "
+        "%llu\n",
+        n_buckets, a.bucket_mib, t_each / median(t_bucketed),
+        static_cast<unsigned long long>(wrong));
   }
   return wrong == 0 ? 0 : 1;
 }
@@ -186,7 +205,10 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view k = argv[i];
     if (i + 1 >= argc) {
-      std::fprintf(stderr, "usage: %s [--np N] [--iters N] [--warmup N] [--algo NAME]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--np N] [--iters N] [--warmup N] [--rounds N] [--algo NAME] "
+                   "[--bucket-mib M]\n",
+                   argv[0]);
       return 2;
     }
     const char* v = argv[++i];
@@ -194,6 +216,10 @@ int main(int argc, char** argv) {
       a.np = std::atoi(v);
     } else if (k == "--iters") {
       a.iters = std::atoi(v);
+    } else if (k == "--bucket-mib") {
+      a.bucket_mib = std::atof(v);
+    } else if (k == "--rounds") {
+      a.rounds = std::atoi(v);
     } else if (k == "--warmup") {
       a.warmup = std::atoi(v);
     } else if (k == "--algo" &&
@@ -205,8 +231,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (a.np < 1 || a.iters < 1 || a.warmup < 0) {
-    std::fprintf(stderr, "%s: --np and --iters must be >= 1, --warmup >= 0\n", argv[0]);
+  if (a.np < 1 || a.iters < 1 || a.rounds < 1 || a.warmup < 0 || !(a.bucket_mib > 0)) {
+    std::fprintf(stderr,
+                 "%s: --np, --iters and --rounds must be >= 1, --warmup >= 0, --bucket-mib > 0\n",
+                 argv[0]);
     return 2;
   }
   return tutti::spawn(a.np, [&a] { return dispatch(a); });
