@@ -487,17 +487,9 @@ class bucketer {
     }
   }
 
-  [[nodiscard]] bucket_view view(std::size_t k, bool wire) {
+  [[nodiscard]] bucket_view view(std::size_t k) {
     bucket& b = buckets_[k];
-    bucket_view v;
-    v.index = k;
-    v.bucket_count = buckets_.size();
-    v.type =
-        wire ? (opts_.compress == compression::fp16 ? dtype::float16 : dtype::bfloat16) : b.type;
-    v.count = b.count;
-    v.data = wire ? static_cast<void*>(b.wire.data()) : static_cast<void*>(b.storage.data());
-    v.gradients = b.grads;
-    return v;
+    return bucket_view{k, buckets_.size(), b.type, b.count, b.storage.data(), b.grads};
   }
 
   // Starts bucket k's all_reduce: fills unmarked gradients, runs the before-hook, divides or
@@ -516,7 +508,7 @@ class bucketer {
           std::memcpy(dst, s.external, s.count * s.elem);
         }
       }
-      if (opts_.before_all_reduce) opts_.before_all_reduce(view(k, false));
+      if (opts_.before_all_reduce) opts_.before_all_reduce(view(k));
       const int p = comm_->size();
       detail::visit_sum_type(b.type, [&]<class T>() {
         T* data = reinterpret_cast<T*>(b.storage.data());
@@ -565,7 +557,7 @@ class bucketer {
         }
       });
     }
-    if (opts_.after_all_reduce) opts_.after_all_reduce(view(k, false));
+    if (opts_.after_all_reduce) opts_.after_all_reduce(view(k));
     for (const std::size_t g : b.grads) {
       const slot& s = slots_[g];
       if (s.external != nullptr && global_used_[g] != 0 && s.count != 0)
