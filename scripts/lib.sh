@@ -8,8 +8,10 @@ export TUTTI_ROOT
 # Debian/Ubuntu packages the build needs.
 # openmpi: the side-by-side benchmark and the mpirun launcher test.
 # pkg-config, python3-venv: the packaging tests (tutti.pc; Conan installed from PyPI in a venv).
+# gnuplot-nox: bench/plot.
 TUTTI_APT_PACKAGES=(build-essential cmake doctest-dev libbenchmark-dev git ca-certificates
-  openmpi-bin libopenmpi-dev libgloo-dev redis-server iproute2 pkg-config python3-venv)
+  openmpi-bin libopenmpi-dev libgloo-dev redis-server iproute2 pkg-config python3-venv
+  gnuplot-nox)
 TUTTI_MIN_CMAKE=3.25
 
 tutti_step() { printf '\n==> %s\n' "$*"; }
