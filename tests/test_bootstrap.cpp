@@ -581,7 +581,7 @@ TEST_CASE("tcp_store: a taken port is a transport failure that says so") {
   CHECK(contains(c.what, "MASTER_PORT"));
 }
 
-TEST_CASE("tcp_store: binds loopback only for localhost or a literal 127.x.x.x address") {
+TEST_CASE("tcp_store: listens only on the address it was given") {
   REQUIRE(std::getenv("TUTTI_STORE_FD") == nullptr);
   const auto bound_to = [](const std::string& host) {
     const unique_fd fd = tutti::detail::bind_store_listener(host, 0);
@@ -593,16 +593,28 @@ TEST_CASE("tcp_store: binds loopback only for localhost or a literal 127.x.x.x a
   CHECK(bound_to("localhost") == "127.0.0.1");
   CHECK(bound_to("127.0.0.1") == "127.0.0.1");
   CHECK(bound_to("127.0.0.2") == "127.0.0.2");
+  // Every interface only when asked for explicitly.
+  CHECK(bound_to("0.0.0.0") == "0.0.0.0");
   CHECK(bound_to("") == "0.0.0.0");
-  // The machine's own name binds every interface even where it resolves to a loopback
-  // address (Debian: 127.0.1.1), so that other hosts can reach MASTER_ADDR=$(hostname).
+  // A name binds the address it resolves to here, the one local clients connect to (for the
+  // machine's own name on Debian: 127.0.1.1), never every interface.
   char name[256] = "";
   REQUIRE(::gethostname(name, sizeof name - 1) == 0);
-  if (std::string(name) != "localhost") CHECK(bound_to(name) == "0.0.0.0");
+  sockaddr_in resolved{};
+  REQUIRE(tutti::detail::store_resolve(name, 0, resolved).empty());
+  char expected[INET_ADDRSTRLEN] = "";
+  REQUIRE(::inet_ntop(AF_INET, &resolved.sin_addr, expected, sizeof expected) != nullptr);
+  CHECK(bound_to(name) == std::string(expected));
+  CHECK(bound_to(name) != "0.0.0.0");
   bs::tcp_store server(name, 0, true, generous);
-  bs::tcp_store client("127.0.0.1", server.port(), false, generous);
+  bs::tcp_store client(name, server.port(), false, generous);
   client.set_string("by-hostname", "yes");
   CHECK(server.get_string("by-hostname", generous) == "yes");
+  // An address of another machine (TEST-NET-1, RFC 5737) cannot be served from here.
+  const caught c = catch_error([&] { (void)tutti::detail::bind_store_listener("192.0.2.1", 0); });
+  CHECK(c.kind == errc::transport_failure);
+  CHECK(contains(c.what, "192.0.2.1 is 192.0.2.1, not an address of this machine"));
+  CHECK(contains(c.what, "0.0.0.0 to listen on every interface"));
 }
 
 TEST_CASE("file_store: set, get, add and wait; file mode and limits") {

@@ -22,11 +22,18 @@
 
 #include <tutti/bootstrap/store.hpp>
 #include <tutti/core/error.hpp>
+#include <tutti/core/options.hpp>
 #include <tutti/detail/store_server.hpp>
 #include <tutti/detail/store_wire.hpp>
 #include <tutti/detail/unique_fd.hpp>
 
 namespace tutti::bootstrap {
+
+/// The token a tcp_store uses when none is given: TUTTI_STORE_TOKEN, or "" (none); the same
+/// default as tutti::options::store_token.
+[[nodiscard]] inline std::string default_store_token() {
+  return detail::env_string(detail::store_token_variable);
+}
 
 /// A store served over TCP by one process and reached by every rank through its own
 /// connection. Thread-safe: calls on one object share its connection and take turns, so a
@@ -42,14 +49,21 @@ class tcp_store final : public store {
   /// then connects to it like any client. It adopts the listening socket named by
   /// TUTTI_STORE_FD when that is an IPv4 TCP socket listening on `port` (tutti::spawn opens
   /// it; the variable is unset once adopted); otherwise it binds `port` with SO_REUSEADDR on
-  /// the loopback address when host is "localhost" or a literal 127.x.x.x address (the store
-  /// then serves this machine only), else on every interface (INADDR_ANY), as torch does: a
-  /// hostname that resolves to a loopback address (Debian's 127.0.1.1) still binds every
-  /// interface, so other hosts can reach it. Port 0 serves on a free port: see port(). A port
-  /// already in use raises errc::transport_failure. `timeout` also bounds each later set() and
-  /// add().
+  /// the address `host` names and no other: "localhost" is 127.0.0.1, a name its first IPv4
+  /// address here (a name that resolves to a loopback address, like Debian's 127.0.1.1 for the
+  /// machine's own name, serves this machine only), and only "0.0.0.0" or "" listen on every
+  /// interface. Port 0 serves on a free port: see port(). A port already in use, or an address
+  /// that is not this machine's, raises errc::transport_failure. `timeout` also bounds each
+  /// later set() and add().
+  ///
+  /// `token` (default: TUTTI_STORE_TOKEN; empty: none) is a secret shared by every rank. The
+  /// server then serves only clients that prove they know it, and each client checks the
+  /// server knows it too (challenge-response with HMAC-SHA-256; the token never travels). A
+  /// token the server does not share raises errc::transport_failure saying the token was
+  /// rejected; a client without a token gets that error from its first call.
   tcp_store(std::string host, int port, bool is_server,
-            std::chrono::milliseconds timeout = default_timeout())
+            std::chrono::milliseconds timeout = default_timeout(),
+            std::string token = default_store_token())
       : host_(std::move(host)), port_(port), timeout_(timeout) {
     if (!is_server && host_.empty())
       detail::store_fail(errc::invalid_argument, name() + ": empty host");
@@ -66,9 +80,10 @@ class tcp_store final : public store {
       if (bound.sin_addr.s_addr != htonl(INADDR_ANY))
         (void)::inet_ntop(AF_INET, &bound.sin_addr, text, sizeof text);
       target = text;
-      server_ = std::make_unique<detail::store_server>(std::move(listener));
+      server_ = std::make_unique<detail::store_server>(std::move(listener), token);
     }
     conn_ = detail::store_connect(target, port_, deadline, timeout_);
+    if (!token.empty()) authenticate(token, deadline);
   }
 
   /// The host given to the constructor.
@@ -160,6 +175,53 @@ class tcp_store final : public store {
     return "tcp_store " + host_ + ":" + std::to_string(port_);
   }
 
+  /// The client's half of the handshake (store_wire.hpp): hello, check the server's proof, send
+  /// ours, expect ok. Every failure raises naming the token; the connection is then dropped.
+  void authenticate(const std::string& token, detail::store_clock::time_point deadline) {
+    const std::string what = "authentication";
+    const auto rejected = [&](const std::string& why) {
+      lose(errc::transport_failure, name() + ": " + what + ": " + why);
+    };
+    detail::store_nonce mine{};
+    if (!detail::random_bytes(mine))
+      rejected("cannot draw a nonce (getrandom): " + detail::store_errno(errno));
+    std::vector<std::byte> reply = exchange(
+        detail::store_frame().u8(op(detail::store_op::hello)).raw(mine).finish(), deadline, what);
+    detail::store_parser p(reply);
+    std::uint8_t status = 0;
+    if (!p.u8(status) || status != static_cast<std::uint8_t>(detail::store_status::challenge)) {
+      if (status == static_cast<std::uint8_t>(detail::store_status::failed))
+        rejected(failure_text(p, what) + " (this process has " + detail::store_token_variable +
+                 " set)");
+      malformed(what, "status " + std::to_string(status) + " where a challenge was expected");
+    }
+    if (reply.size() != 1 + 2 * detail::store_nonce_bytes) malformed(what, "bad challenge");
+    const auto theirs = std::span<const std::byte>(reply).subspan(1, detail::store_nonce_bytes);
+    const auto proof = std::span<const std::byte>(reply).subspan(1 + detail::store_nonce_bytes);
+    if (!detail::equal_constant_time(detail::store_auth_proof(token, true, mine, theirs), proof))
+      rejected(std::string("the token was rejected: the store server proved a different ") +
+               detail::store_token_variable + " from this process's");
+    reply = exchange(detail::store_frame()
+                         .u8(op(detail::store_op::auth))
+                         .raw(detail::store_auth_proof(token, false, mine, theirs))
+                         .finish(),
+                     deadline, what);
+    detail::store_parser q(reply);
+    if (!q.u8(status) || status == static_cast<std::uint8_t>(detail::store_status::failed))
+      rejected(failure_text(q, what));
+    if (status != static_cast<std::uint8_t>(detail::store_status::ok) || !q.done())
+      malformed(what, "status " + std::to_string(status) + " where ok was expected");
+  }
+
+  /// The message of a "failed" reply whose status `p` has read.
+  std::string failure_text(detail::store_parser& p, const std::string& what) {
+    std::uint8_t code = 0;
+    std::span<const std::byte> msg;
+    if (!p.u8(code) || !p.field(msg, detail::store_max_frame) || !p.done())
+      malformed(what, "bad failure reply");
+    return detail::store_string(msg);
+  }
+
   /// Drops the connection and raises; every later call raises the same kind at once.
   [[noreturn]] void lose(errc code, const std::string& msg) {
     conn_.reset();
@@ -191,23 +253,7 @@ class tcp_store final : public store {
   std::vector<std::byte> roundtrip(const std::vector<std::byte>& frame,
                                    detail::store_clock::time_point reply_deadline,
                                    const std::string& what, std::chrono::milliseconds waited) {
-    if (!conn_)
-      detail::store_fail(lost_code_,
-                         name() + ": " + what + ": the connection was lost earlier: " + lost_what_);
-    if (const int e = detail::store_send_all(conn_.get(), frame, detail::store_deadline(timeout_));
-        e != 0)
-      io_failed(e, what);
-    std::byte head[4];
-    if (const int e = detail::store_recv_all(conn_.get(), head, reply_deadline); e != 0)
-      io_failed(e, what);
-    const std::uint64_t len = detail::store_load_le(head, 4);
-    if (len == 0 || len > detail::store_max_frame)
-      malformed(what, "frame length " + std::to_string(len) + ", limit " +
-                          std::to_string(detail::store_max_frame));
-    std::vector<std::byte> reply(len);
-    const auto body_deadline = std::max(reply_deadline, detail::store_deadline(timeout_));
-    if (const int e = detail::store_recv_all(conn_.get(), reply, body_deadline); e != 0)
-      io_failed(e, what);
+    std::vector<std::byte> reply = exchange(frame, reply_deadline, what);
     detail::store_parser p(reply);
     std::uint8_t status = 0;
     (void)p.u8(status);
@@ -233,6 +279,31 @@ class tcp_store final : public store {
         !p.field(msg, detail::store_max_frame) || !p.done())
       malformed(what, "status " + std::to_string(status) + " or its fields");
     detail::store_fail(static_cast<errc>(code), name() + ": " + detail::store_string(msg));
+  }
+
+  /// Sends one request frame and returns the reply's payload. Caller holds mu_ (or is the
+  /// constructor).
+  std::vector<std::byte> exchange(const std::vector<std::byte>& frame,
+                                  detail::store_clock::time_point reply_deadline,
+                                  const std::string& what) {
+    if (!conn_)
+      detail::store_fail(lost_code_,
+                         name() + ": " + what + ": the connection was lost earlier: " + lost_what_);
+    if (const int e = detail::store_send_all(conn_.get(), frame, detail::store_deadline(timeout_));
+        e != 0)
+      io_failed(e, what);
+    std::byte head[4];
+    if (const int e = detail::store_recv_all(conn_.get(), head, reply_deadline); e != 0)
+      io_failed(e, what);
+    const std::uint64_t len = detail::store_load_le(head, 4);
+    if (len == 0 || len > detail::store_max_frame)
+      malformed(what, "frame length " + std::to_string(len) + ", limit " +
+                          std::to_string(detail::store_max_frame));
+    std::vector<std::byte> reply(len);
+    const auto body_deadline = std::max(reply_deadline, detail::store_deadline(timeout_));
+    if (const int e = detail::store_recv_all(conn_.get(), reply, body_deadline); e != 0)
+      io_failed(e, what);
+    return reply;
   }
 
   std::string host_;

@@ -181,10 +181,12 @@ namespace tutti::bootstrap {
 /// every communicator of a process shares one connection, and rank 0 one server that lives
 /// until the process exits. In the process of rank 0, every caller gets rank 0's serving
 /// object (ranks may be threads). `timeout` applies when the store is created (see
-/// tcp_store); later calls reuse it unchanged. Thread-safe. A forked child gets its own
+/// tcp_store), and so does `token` (TUTTI_STORE_TOKEN by default; see tcp_store); later calls
+/// reuse the store unchanged. Thread-safe. A forked child gets its own
 /// connection on its first call (it never uses the parent's).
 [[nodiscard]] inline std::shared_ptr<store> env_store(
-    int rank, std::chrono::milliseconds timeout = default_timeout()) {
+    int rank, std::chrono::milliseconds timeout = default_timeout(),
+    const std::string& token = default_store_token()) {
   struct registry {
     std::mutex mu;
     pid_t pid = ::getpid();
@@ -209,30 +211,32 @@ namespace tutti::bootstrap {
   }
   if (const auto it = reg.servers.find(key); it != reg.servers.end()) return it->second;
   if (rank == 0) {  // binding does not wait for anyone: fine to hold the lock
-    auto s = std::make_shared<tcp_store>(addr, port, true, timeout);
+    auto s = std::make_shared<tcp_store>(addr, port, true, timeout, token);
     reg.servers.emplace(key, s);
     return s;
   }
   if (const auto it = reg.clients.find(key); it != reg.clients.end()) return it->second;
   lock.unlock();  // connecting may wait for rank 0, possibly a thread of this process
-  auto c = std::make_shared<tcp_store>(addr, port, false, timeout);
+  auto c = std::make_shared<tcp_store>(addr, port, false, timeout, token);
   lock.lock();
   return reg.clients.try_emplace(key, std::move(c)).first->second;
 }
 
 /// A store for `url` as rank `rank` (0 serves a tcp:// store):
-///   tcp://host:port  -> tcp_store(host, port, rank == 0, timeout)
+///   tcp://host:port  -> tcp_store(host, port, rank == 0, timeout, token)
 ///   file:///path     -> file_store(path, timeout)
-///   env://           -> env_store(rank, timeout): the process-wide MASTER_ADDR:MASTER_PORT store
+///   env://           -> env_store(rank, timeout, token): the process-wide MASTER_ADDR:MASTER_PORT
+///                       store
 ///   redis://         -> redis_store (with the tutti::gloo component; else errc::invalid_argument)
 [[nodiscard]] inline std::shared_ptr<store> make_store(
-    const init_url& url, int rank, std::chrono::milliseconds timeout = default_timeout()) {
+    const init_url& url, int rank, std::chrono::milliseconds timeout = default_timeout(),
+    const std::string& token = default_store_token()) {
   if (rank < 0)
     detail::store_fail(errc::invalid_argument, "make_store: rank " + std::to_string(rank) + " < 0");
   if (url.scheme == "tcp")
-    return std::make_shared<tcp_store>(url.host, url.port, rank == 0, timeout);
+    return std::make_shared<tcp_store>(url.host, url.port, rank == 0, timeout, token);
   if (url.scheme == "file") return std::make_shared<file_store>(url.path, timeout);
-  if (url.scheme == "env") return env_store(rank, timeout);
+  if (url.scheme == "env") return env_store(rank, timeout, token);
   if (url.scheme == "redis") {
 #if defined(TUTTI_HAVE_GLOO)
     return std::make_shared<redis_store>(url.host, url.port, timeout);

@@ -46,6 +46,10 @@ struct options {
   /// Per-size-range algorithm overrides for tutti::automatic, in TUTTI_ALGO's syntax
   /// (see algorithm/automatic.hpp). Default: the TUTTI_ALGO environment variable.
   std::string algo = detail::env_string("TUTTI_ALGO");
+  /// The secret every rank must share to use the job's tcp_store (see bootstrap/tcp_store.hpp);
+  /// empty: none. It must be the same on every rank. Default: the TUTTI_STORE_TOKEN
+  /// environment variable, which tutti::spawn's ranks inherit.
+  std::string store_token = detail::env_string("TUTTI_STORE_TOKEN");
 };
 
 }  // namespace tutti

@@ -103,6 +103,8 @@ class shm_mapping {
     ::shm_unlink(name.c_str());
     shm_fail_errno(0, what, err);
   };
+  // The umask may have narrowed the mode (peers then could not open it): set it exactly.
+  if (::fchmod(fd.get(), 0600) != 0) undo("fchmod", errno);
   if (::ftruncate(fd.get(), static_cast<off_t>(total)) != 0) undo("ftruncate", errno);
   if (const int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(total)); err != 0) {
     ::shm_unlink(name.c_str());

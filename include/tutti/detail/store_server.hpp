@@ -1,7 +1,8 @@
 #pragma once
 /// \file
 /// The server behind tutti::bootstrap::tcp_store: one background thread polling the listening
-/// socket and every client, holding the key-value map (protocol in store_wire.hpp).
+/// socket and every client, feeding their bytes to a store_engine (store_engine.hpp), which
+/// holds the key-value map (protocol in store_wire.hpp).
 
 #include <fcntl.h>
 #include <poll.h>
@@ -15,28 +16,26 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
-#include <map>
-#include <memory>
-#include <span>
 #include <string>
 #include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#include "tutti/bootstrap/store.hpp"
 #include "tutti/core/error.hpp"
+#include "tutti/detail/store_engine.hpp"
 #include "tutti/detail/store_wire.hpp"
 #include "tutti/detail/unique_fd.hpp"
 
 namespace tutti::detail {
 
 /// Serves the key-value map on a background thread: poll() over the listening socket, an
-/// eventfd that stops it, and every client. Only that thread touches the map and connections.
+/// eventfd that stops it, and every client. Only that thread touches the engine.
 class store_server {
  public:
-  explicit store_server(unique_fd listener) : listener_(std::move(listener)) {
+  /// Serves on `listener`; with a non-empty `token`, every client must authenticate first.
+  explicit store_server(unique_fd listener, std::string token = {})
+      : listener_(std::move(listener)), engine_(std::move(token)) {
     wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!wake_) store_fail(errc::transport_failure, "tcp_store: eventfd: " + store_errno(errno));
     const int flags = ::fcntl(listener_.get(), F_GETFL);
@@ -58,27 +57,12 @@ class store_server {
   }
 
  private:
-  struct connection {
-    unique_fd fd;
-    std::vector<std::byte> in;   // received, not yet handled
-    std::vector<std::byte> out;  // reply bytes not yet sent
-    std::size_t sent = 0;        // of out
-    bool dead = false;
-    // A get or wait blocked until its keys exist or its deadline passes.
-    bool parked = false;
-    store_op parked_op = store_op::get;
-    std::vector<std::string> parked_keys;
-    store_clock::time_point parked_deadline;
-  };
-  static constexpr std::size_t in_limit = 4 + store_max_frame;
-  static constexpr std::size_t out_soft_limit = std::size_t{1} << 20;
-
   void run() noexcept {
     try {
       loop();
     } catch (...) {  // out of memory or poll failing: stop; clients then see the connection close
     }
-    conns_.clear();
+    engine_ = store_engine();
     listener_.reset();  // new clients are refused rather than left waiting in the backlog
   }
 
@@ -86,11 +70,12 @@ class store_server {
     std::vector<pollfd> fds;
     for (;;) {
       const auto now = store_clock::now();
+      const auto& conns = engine_.connections();
       fds.clear();
       fds.push_back({wake_.get(), POLLIN, 0});
       fds.push_back({now >= accept_paused_until_ ? listener_.get() : -1, POLLIN, 0});
-      for (const auto& c : conns_) {
-        short ev = c->in.size() < in_limit ? POLLIN : 0;
+      for (const auto& c : conns) {
+        short ev = !c->closing && c->in.size() < store_engine::in_cap(*c) ? POLLIN : 0;
         if (c->sent < c->out.size()) ev = static_cast<short>(ev | POLLOUT);
         fds.push_back({c->fd.get(), ev, 0});
       }
@@ -100,35 +85,32 @@ class store_server {
       }
       if (fds[0].revents != 0) return;
       for (std::size_t i = 0; i + 2 < fds.size(); ++i) {
-        connection& c = *conns_[i];
+        store_connection& c = *conns[i];
         const short re = fds[i + 2].revents;
         if ((re & (POLLERR | POLLNVAL)) != 0) {
           c.dead = true;
           continue;
         }
-        if ((re & (POLLIN | POLLHUP)) != 0) receive(c);
-        // A hang-up with a full buffer cannot be read to EOF: do not spin on it.
-        if ((re & POLLHUP) != 0 && c.in.size() >= in_limit) c.dead = true;
+        if ((re & (POLLIN | POLLHUP)) != 0 && !c.closing) receive(c);
+        // A hang-up with a full buffer (or one no longer read) cannot be read to EOF: do not
+        // spin on it.
+        if ((re & POLLHUP) != 0 && (c.closing || c.in.size() >= store_engine::in_cap(c)))
+          c.dead = true;
         if (!c.dead && (re & POLLOUT) != 0) flush(c);
       }
       if ((fds[1].revents & POLLIN) != 0) accept_all();
-      // A set may unblock a connection handled earlier in the pass: repeat until quiet.
-      for (bool progress = true; progress;) {
-        progress = false;
-        for (const auto& c : conns_) progress = handle_frames(*c) || progress;
-      }
-      expire(store_clock::now());
-      for (const auto& c : conns_)
+      engine_.step(store_clock::now());
+      for (store_connection* c : engine_.take_replied())
+        if (!c->dead) flush(*c);
+      for (const auto& c : engine_.connections())
         if (!c->dead && c->sent < c->out.size()) flush(*c);
-      std::erase_if(conns_, [](const auto& c) { return c->dead; });
+      engine_.sweep();
     }
   }
 
   [[nodiscard]] int next_timeout_ms(store_clock::time_point now) const {
-    auto next = store_clock::time_point::max();
-    if (now < accept_paused_until_) next = accept_paused_until_;
-    for (const auto& c : conns_)
-      if (c->parked) next = std::min(next, c->parked_deadline);
+    auto next = engine_.next_deadline();
+    if (now < accept_paused_until_) next = std::min(next, accept_paused_until_);
     return next == store_clock::time_point::max() ? -1 : store_poll_ms(next);
   }
 
@@ -143,19 +125,18 @@ class store_server {
         return;
       }
       store_nodelay(fd.get());
-      auto c = std::make_unique<connection>();
-      c->fd = std::move(fd);
-      conns_.push_back(std::move(c));
+      (void)engine_.add(std::move(fd));
     }
   }
 
-  static void receive(connection& c) {
-    // Reads what has arrived (at most 1 MiB per pass, for fairness); memory grows with the
-    // bytes actually received, never with a length a client announces.
+  static void receive(store_connection& c) {
+    // Reads what has arrived (at most 1 MiB per pass, for fairness), never past what the
+    // connection may buffer (store_engine::in_cap: small until it has authenticated).
     constexpr std::size_t chunk = std::size_t{256} << 10;
-    for (std::size_t total = 0; total < (std::size_t{1} << 20) && c.in.size() < in_limit;) {
+    const std::size_t cap = store_engine::in_cap(c);
+    for (std::size_t total = 0; total < (std::size_t{1} << 20) && c.in.size() < cap;) {
       const std::size_t old = c.in.size();
-      const std::size_t want = std::min(chunk, in_limit - old);
+      const std::size_t want = std::min(chunk, cap - old);
       c.in.resize(old + want);
       const ssize_t n = ::recv(c.fd.get(), c.in.data() + old, want, 0);
       c.in.resize(old + (n > 0 ? static_cast<std::size_t>(n) : 0));
@@ -170,7 +151,8 @@ class store_server {
     }
   }
 
-  static void flush(connection& c) {
+  /// Sends what `c` has pending; a closing connection is closed once all of it is sent.
+  static void flush(store_connection& c) {
     while (c.sent < c.out.size()) {
       const ssize_t n = ::send(c.fd.get(), c.out.data() + c.sent, c.out.size() - c.sent,
                                MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -185,146 +167,23 @@ class store_server {
     }
     c.out.clear();
     c.sent = 0;
-    if (c.out.capacity() > out_soft_limit) c.out.shrink_to_fit();
-  }
-
-  /// Handles every complete frame buffered on `c`; false when there was none to handle.
-  bool handle_frames(connection& c) {
-    std::size_t pos = 0;
-    while (!c.dead && !c.parked && c.out.size() - c.sent < out_soft_limit &&
-           c.in.size() - pos >= 4) {
-      const std::uint64_t len = store_load_le(c.in.data() + pos, 4);
-      if (len == 0 || len > store_max_frame) {
-        c.dead = true;
-      } else if (c.in.size() - pos - 4 < len) {
-        break;
-      } else {
-        c.dead = !handle_request(c, std::span(c.in).subspan(pos + 4, len));
-        pos += 4 + len;
+    if (c.out.capacity() > store_engine::out_soft_limit) c.out.shrink_to_fit();
+    if (c.closing) {
+      // Closing with unread input would reset the connection, and a reset may destroy the
+      // reply the client has not read yet: end the stream, discard what has arrived, close.
+      (void)::shutdown(c.fd.get(), SHUT_WR);
+      std::byte scratch[4096];
+      for (int i = 0; i < 256; ++i) {
+        const ssize_t n = ::recv(c.fd.get(), scratch, sizeof scratch, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EINTR)) break;
       }
+      c.dead = true;
     }
-    c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(pos));
-    if (c.in.empty() && c.in.capacity() > out_soft_limit) c.in.shrink_to_fit();
-    return pos > 0;
-  }
-
-  /// Handles one request; false when it is malformed (the connection is then closed).
-  bool handle_request(connection& c, std::span<const std::byte> payload) {
-    store_parser p(payload);
-    std::uint8_t op = 0;
-    std::span<const std::byte> key;
-    std::span<const std::byte> value;
-    std::uint64_t n = 0;
-    if (!p.u8(op)) return false;
-    switch (static_cast<store_op>(op)) {
-      case store_op::set:
-        if (!p.key(key) || !p.field(value, bootstrap::max_value_bytes) || !p.done()) return false;
-        data_.insert_or_assign(store_string(key),
-                               std::vector<std::byte>(value.begin(), value.end()));
-        reply(c, store_frame().u8(0).finish());
-        wake_waiters();
-        return true;
-      case store_op::get:
-        if (!p.u64(n) || !p.key(key) || !p.done()) return false;
-        park(c, store_op::get, {store_string(key)}, n);
-        return true;
-      case store_op::add: {
-        if (!p.key(key) || !p.u64(n) || !p.done()) return false;
-        auto it = data_.find(store_string(key));
-        std::int64_t sum = 0;
-        std::string why;
-        if (!store_add_counter(it == data_.end() ? nullptr : &it->second,
-                               static_cast<std::int64_t>(n), sum, why)) {
-          const std::string msg = "add to key " + store_quote(store_string(key)) + ": " + why;
-          reply(c, store_frame()
-                       .u8(2)
-                       .u8(static_cast<std::uint8_t>(errc::invalid_argument))
-                       .field(store_bytes(msg))
-                       .finish());
-          return true;
-        }
-        data_.insert_or_assign(store_string(key), store_counter_bytes(sum));
-        reply(c, store_frame().u8(0).u64(static_cast<std::uint64_t>(sum)).finish());
-        wake_waiters();
-        return true;
-      }
-      case store_op::wait: {
-        std::uint32_t count = 0;
-        // Each key takes at least 5 bytes: check the count against the frame before reserving.
-        if (!p.u64(n) || !p.u32(count) || count > p.remaining() / 5) return false;
-        std::vector<std::string> keys;
-        keys.reserve(count);
-        for (std::uint32_t i = 0; i < count; ++i) {
-          if (!p.key(key)) return false;
-          keys.push_back(store_string(key));
-        }
-        if (!p.done()) return false;
-        park(c, store_op::wait, std::move(keys), n);
-        return true;
-      }
-    }
-    return false;  // unknown op
-  }
-
-  static void reply(connection& c, std::vector<std::byte> frame) {
-    if (c.out.empty())
-      c.out = std::move(frame);
-    else
-      c.out.insert(c.out.end(), frame.begin(), frame.end());
-  }
-
-  void park(connection& c, store_op op, std::vector<std::string> keys, std::uint64_t timeout_ms) {
-    constexpr std::uint64_t cap = 1ULL << 40;  // ~35 years; keeps the deadline from overflowing
-    c.parked = true;
-    c.parked_op = op;
-    c.parked_keys = std::move(keys);
-    c.parked_deadline = store_deadline(
-        std::chrono::milliseconds{static_cast<std::int64_t>(std::min(timeout_ms, cap))});
-    (void)try_complete(c);  // else expire() or a later set answers it
-  }
-
-  /// Answers c's parked request if all its keys exist.
-  bool try_complete(connection& c) {
-    for (const auto& k : c.parked_keys)
-      if (!data_.contains(k)) return false;
-    if (c.parked_op == store_op::get)
-      reply(c, store_frame().u8(0).field(data_.find(c.parked_keys.front())->second).finish());
-    else
-      reply(c, store_frame().u8(0).finish());
-    unpark(c);
-    return true;
-  }
-
-  void wake_waiters() {
-    for (const auto& c : conns_)
-      if (c->parked && !c->dead) (void)try_complete(*c);
-  }
-
-  void expire(store_clock::time_point now) {
-    for (const auto& c : conns_)
-      if (c->parked && !c->dead && c->parked_deadline <= now) expire_one(*c);
-  }
-
-  void expire_one(connection& c) {
-    std::vector<const std::string*> missing;
-    for (const auto& k : c.parked_keys)
-      if (!data_.contains(k)) missing.push_back(&k);
-    store_frame b;
-    b.u8(1).u32(static_cast<std::uint32_t>(missing.size()));
-    for (const auto* k : missing) b.field(store_bytes(*k));
-    reply(c, b.finish());
-    unpark(c);
-  }
-
-  static void unpark(connection& c) {
-    c.parked = false;
-    c.parked_keys.clear();
   }
 
   unique_fd listener_;
   unique_fd wake_;
-  std::map<std::string, std::vector<std::byte>, std::less<>> data_;
-  std::vector<std::unique_ptr<connection>> conns_;
+  store_engine engine_;
   store_clock::time_point accept_paused_until_{};
   std::thread thread_;
 };

@@ -6,15 +6,26 @@
 /// Wire protocol, all integers little-endian. Every message is one frame
 ///   [u32 payload length, 1 .. store_max_frame][payload]
 /// Requests [u8 op][fields]:                  Replies [u8 status][fields]:
-///   1 set  [key][value]                        0 ok       set, wait: -; get: [value];
+///   1 set  [key][value]                        0 ok       set, wait, auth: -; get: [value];
 ///   2 get  [u64 timeout ms][key]                          add: [u64 new value, two's complement]
 ///   3 add  [key][u64 delta, two's complement]  1 timeout  [u32 n][key] x n: the missing keys
 ///   4 wait [u64 timeout ms][u32 n][key] x n    2 failed   [u8 tutti::errc][message]
+///   5 hello [32 client nonce]                  3 challenge [32 server nonce][32 server proof]
+///   6 auth  [32 client proof]
 /// where [key], [value], [message] are [u32 length][bytes]. The server blocks get and wait
 /// until the keys exist or the request's timeout passes (then it replies "timeout"). It closes
 /// any connection that breaks the protocol: frame length 0 or over the limit (checked before
 /// anything is allocated), unknown op, a field longer than the rest of its frame, an empty or
 /// oversized key, bytes left after the last field. Other connections are unaffected.
+///
+/// Authentication (TUTTI_STORE_TOKEN set): a client's first requests are hello, answered by
+/// challenge, then auth, answered by ok. The proofs are HMAC-SHA-256 under the token of a
+/// label, the client nonce and the server nonce (store_auth_proof), so each side shows it knows
+/// the token without sending it, and neither a recorded exchange nor a reflected proof passes.
+/// The client checks the server's proof before it sends its own. Until a connection has
+/// authenticated, the server takes frames of at most store_auth_max_frame bytes and only hello
+/// and auth; anything else, a wrong proof, or a hello to a server without a token, is answered
+/// "failed" with the reason, and the connection is closed.
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -26,6 +37,7 @@
 #include <sys/types.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -35,6 +47,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -42,15 +55,21 @@
 
 #include "tutti/bootstrap/store.hpp"
 #include "tutti/core/error.hpp"
+#include "tutti/detail/sha256.hpp"
 #include "tutti/detail/unique_fd.hpp"
 
 namespace tutti::detail {
 
-enum class store_op : std::uint8_t { set = 1, get = 2, add = 3, wait = 4 };
-enum class store_status : std::uint8_t { ok = 0, timeout = 1, failed = 2 };
+enum class store_op : std::uint8_t { set = 1, get = 2, add = 3, wait = 4, hello = 5, auth = 6 };
+enum class store_status : std::uint8_t { ok = 0, timeout = 1, failed = 2, challenge = 3 };
 
 /// The largest frame payload either side accepts: a set of the largest key and value fits.
 inline constexpr std::size_t store_max_frame = bootstrap::max_value_bytes + (std::size_t{64} << 10);
+/// The largest frame payload a server accepts before the connection has authenticated.
+inline constexpr std::size_t store_auth_max_frame = 128;
+/// Bytes in each side's nonce and in each proof.
+inline constexpr std::size_t store_nonce_bytes = 32;
+using store_nonce = std::array<std::byte, store_nonce_bytes>;
 /// How long past a get/wait deadline a client waits for the server's "timeout" reply before it
 /// gives up on the connection.
 inline constexpr std::chrono::milliseconds store_reply_grace{1000};
@@ -59,6 +78,20 @@ inline constexpr std::chrono::milliseconds store_reply_grace{1000};
   std::uint64_t v = 0;
   for (int i = n - 1; i >= 0; --i) v = (v << 8) | std::to_integer<std::uint64_t>(p[i]);
   return v;
+}
+
+/// The variable holding the shared secret of a job's tcp_store; unset or empty: no token.
+inline constexpr const char* store_token_variable = "TUTTI_STORE_TOKEN";
+
+/// One side's proof that it knows `token`: HMAC-SHA-256(token, label || client || server), with
+/// label "tutti-store-server-v1" for the server and "tutti-store-client-v1" for the client.
+[[nodiscard]] inline sha256_digest store_auth_proof(std::string_view token, bool server,
+                                                    std::span<const std::byte> client_nonce,
+                                                    std::span<const std::byte> server_nonce) {
+  const std::string_view label = server ? "tutti-store-server-v1" : "tutti-store-client-v1";
+  const std::span<const std::byte> parts[] = {std::as_bytes(std::span(label.data(), label.size())),
+                                              client_nonce, server_nonce};
+  return hmac_sha256(std::as_bytes(std::span(token.data(), token.size())), parts);
 }
 
 /// Builds one frame: [u32 payload length][payload].
@@ -70,6 +103,10 @@ class store_frame {
   store_frame& u64(std::uint64_t v) { return le(v, 8); }
   store_frame& field(std::span<const std::byte> b) {
     u32(static_cast<std::uint32_t>(b.size()));
+    return raw(b);
+  }
+  /// Bytes with no length in front (a nonce, a proof).
+  store_frame& raw(std::span<const std::byte> b) {
     buf_.insert(buf_.end(), b.begin(), b.end());
     return *this;
   }
@@ -277,25 +314,28 @@ inline constexpr int store_eof = -1;
   return unique_fd(fd);
 }
 
-/// Whether a server for `host` serves this machine only, and on which address: host is
-/// "localhost" (127.0.0.1) or a literal 127.x.x.x address. A name that merely resolves to a
-/// loopback address does not count: Debian maps the machine's hostname to 127.0.1.1, yet
-/// other hosts reach that name through the machine's real address.
-[[nodiscard]] inline bool store_loopback_host(const std::string& host, in_addr& out) noexcept {
-  if (host == "localhost") {
-    out.s_addr = htonl(INADDR_LOOPBACK);
-    return true;
-  }
-  return ::inet_pton(AF_INET, host.c_str(), &out) == 1 && (ntohl(out.s_addr) >> 24) == 127;
+/// Whether a server given `host` listens on every interface: only when asked explicitly, with
+/// "0.0.0.0" (or an empty host).
+[[nodiscard]] inline bool store_wildcard_host(const std::string& host) noexcept {
+  return host.empty() || host == "0.0.0.0";
 }
 
-/// A new listening socket on `port`: on the loopback address when store_loopback_host(host)
-/// (the store then serves this machine only), else on every interface (INADDR_ANY), as
-/// torch's TCPStore does.
+/// A new listening socket on `port` and the address `host` names, nothing else: every interface
+/// (INADDR_ANY) only for store_wildcard_host(host); 127.0.0.1 for "localhost"; otherwise the
+/// first IPv4 address `host` resolves to, the one clients on this machine connect to. A name
+/// that resolves to a loopback address here (Debian maps the machine's own name to 127.0.1.1)
+/// therefore serves this machine only; other hosts need rank 0's routable address, or
+/// "0.0.0.0". An address that is not this machine's raises errc::transport_failure saying so.
 [[nodiscard]] inline unique_fd bind_store_listener(const std::string& host, int port) {
   const std::string where = "tcp_store: cannot serve on " + host + ":" + std::to_string(port);
   sockaddr_in addr{};
-  if (!store_loopback_host(host, addr.sin_addr)) addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (store_wildcard_host(host)) {
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  } else if (host == "localhost") {
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  } else if (const std::string why = store_resolve(host, port, addr); !why.empty()) {
+    store_fail(errc::transport_failure, where + ": " + why);
+  }
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<std::uint16_t>(port));
   unique_fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
@@ -311,6 +351,14 @@ inline constexpr int store_eof = -1;
                      " is already taken (EADDRINUSE) by another listener. Under torchrun the "
                      "elastic agent may already serve a store on MASTER_PORT: connect to it as a "
                      "client, or pick a free port");
+    if (e == EADDRNOTAVAIL) {
+      char text[INET_ADDRSTRLEN] = "?";
+      (void)::inet_ntop(AF_INET, &addr.sin_addr, text, sizeof text);
+      store_fail(errc::transport_failure,
+                 where + ": " + host + " is " + text +
+                     ", not an address of this machine (EADDRNOTAVAIL); give rank 0's own "
+                     "address, or 0.0.0.0 to listen on every interface");
+    }
     store_fail(errc::transport_failure, where + ": " + store_errno(e));
   }
   return fd;

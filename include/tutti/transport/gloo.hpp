@@ -434,7 +434,7 @@ class gloo {
     const bootstrap::world_info w = bootstrap::world_from_env();
     const std::string key = next_key();
     if (!w.master_addr.empty() && w.master_port > 0 && !w.agent_store) {
-      auto st = bootstrap::env_store(w.rank, opts.timeout);
+      auto st = bootstrap::env_store(w.rank, opts.timeout, opts.store_token);
       return connect(std::move(st), key, w.rank, w.size, w.master_addr, w.master_port, opts);
     }
     if (w.local_size != w.size)
@@ -458,7 +458,7 @@ class gloo {
   [[nodiscard]] static gloo from_url(std::string_view url, int rank, int size,
                                      const options& opts = {}) {
     const auto u = bootstrap::parse_init_url(url);
-    auto st = bootstrap::make_store(u, rank, opts.timeout);
+    auto st = bootstrap::make_store(u, rank, opts.timeout, opts.store_token);
     std::string host = u.host;
     int port = u.port;
     if (u.scheme == "env") {

@@ -347,7 +347,7 @@ class shm {
                       " ranks here; use tutti::gloo across hosts");
     const std::string key = next_key();
     if (!w.master_addr.empty() && w.master_port > 0 && !w.agent_store) {
-      auto st = bootstrap::env_store(w.rank, opts.timeout);
+      auto st = bootstrap::env_store(w.rank, opts.timeout, opts.store_token);
       return join_through(*st, key, w.rank, w.size, opts);
     }
     const std::string path =
@@ -363,7 +363,7 @@ class shm {
   [[nodiscard]] static shm from_url(std::string_view url, int rank, int size,
                                     const options& opts = {}) {
     const auto u = bootstrap::parse_init_url(url);
-    auto st = bootstrap::make_store(u, rank, opts.timeout);
+    auto st = bootstrap::make_store(u, rank, opts.timeout, opts.store_token);
     return join_through(*st, next_key(), rank, size, opts);
   }
 
