@@ -152,6 +152,38 @@ struct shm_layout {
   [[nodiscard]] std::size_t total_bytes() const noexcept { return slot_offset(ranks); }
 };
 
+/// Checks a segment header another process wrote, for a segment of `bytes` bytes and a world
+/// of `ranks` ranks, before anything is placed by it: magic, version, rank count, and a
+/// geometry rank 0 could have chosen (shm_default_layout: slots a page multiple up to 1 GiB,
+/// rings a power of two in [4 KiB, 64 MiB], at most 65536 ranks so no offset overflows) whose
+/// total is exactly `bytes`. Returns "" and sets `out`, or what is wrong.
+[[nodiscard]] inline std::string shm_check_header(const shm_header& h, std::size_t bytes, int ranks,
+                                                  shm_layout& out) {
+  const auto said = [&] {
+    return " (" + std::to_string(h.ranks) + " ranks, layout version " + std::to_string(h.version) +
+           "; this rank expects " + std::to_string(ranks) + " ranks, version " +
+           std::to_string(shm_header::layout_version) + ")";
+  };
+  if (bytes < shm_layout::header_bytes()) return "is too small";
+  if (h.magic.load(std::memory_order_acquire) != shm_header::magic_value ||
+      h.version != shm_header::layout_version || ranks < 1 || ranks > 65536 ||
+      h.ranks != static_cast<std::uint32_t>(ranks))
+    return "was made for another world" + said();
+  const std::uint64_t slot = h.slot_bytes;
+  const std::uint64_t ring = h.channel_bytes;
+  if (slot % shm_layout::page != 0 || slot > (std::uint64_t{1} << 30) || ring < 4096 ||
+      ring > (std::uint64_t{64} << 20) || (ring & (ring - 1)) != 0)
+    return "has an impossible geometry (slots of " + std::to_string(slot) + " bytes, rings of " +
+           std::to_string(ring) + " bytes)";
+  const shm_layout l{static_cast<std::size_t>(ranks), static_cast<std::size_t>(slot),
+                     static_cast<std::size_t>(ring)};
+  if (h.total_bytes != bytes || l.total_bytes() != bytes)
+    return "is " + std::to_string(bytes) + " bytes, not the " + std::to_string(l.total_bytes()) +
+           " its header describes" + said();
+  out = l;
+  return {};
+}
+
 /// Typed views of a mapped segment.
 class shm_view {
  public:

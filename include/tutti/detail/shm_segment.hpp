@@ -158,17 +158,11 @@ class shm_mapping {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) shm_fail_errno(rank, "mmap", errno);
   shm_mapping m(static_cast<std::byte*>(p), bytes);
-  const auto& h = *reinterpret_cast<const shm_header*>(m.base());
-  shm_layout l{static_cast<std::size_t>(h.ranks), static_cast<std::size_t>(h.slot_bytes),
-               static_cast<std::size_t>(h.channel_bytes)};
-  if (h.magic.load(std::memory_order_acquire) != shm_header::magic_value ||
-      h.version != shm_header::layout_version || h.ranks != static_cast<std::uint32_t>(ranks) ||
-      h.total_bytes != bytes || l.total_bytes() != bytes)
-    shm_fail(errc::transport_failure, rank,
-             "segment " + name + " was made for another world (" + std::to_string(h.ranks) +
-                 " ranks, layout version " + std::to_string(h.version) + "; this rank expects " +
-                 std::to_string(ranks) + " ranks, version " +
-                 std::to_string(shm_header::layout_version) + ")");
+  shm_layout l;
+  if (const std::string why =
+          shm_check_header(*reinterpret_cast<const shm_header*>(m.base()), bytes, ranks, l);
+      !why.empty())
+    shm_fail(errc::transport_failure, rank, "segment " + name + " " + why);
   return {std::move(m), l};
 }
 

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Builds tutti's libFuzzer targets with clang and runs each for a while.
+#   bash tests/fuzz/run.sh [BUILD_DIR] [SECONDS_PER_TARGET] [TARGET...]
+# BUILD_DIR defaults to build/fuzz, SECONDS_PER_TARGET to 30 (the CI run); TARGETs are names
+# like store_server (default: every tests/fuzz/fuzz_*.cpp). CXX overrides the compiler
+# (default: clang++-14, else clang++). Each target starts from its committed seed corpus
+# (tests/fuzz/corpus/<name>) plus what earlier runs in BUILD_DIR found; new inputs go to
+# BUILD_DIR/corpus/<name>, never into the repository. Findings (crash-*, leak-*, timeout-*)
+# land in BUILD_DIR/findings/<name>. Exits non-zero on any finding or sanitizer report.
+# The longer documented run (tests/RELIABILITY.md): bash tests/fuzz/run.sh /tmp/fuzz 300
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+build="${1:-$root/build/fuzz}"
+seconds="${2:-30}"
+shift $(($# > 2 ? 2 : $#))
+cxx="${CXX:-$(command -v clang++-14 || command -v clang++ || true)}"
+[[ -n "$cxx" ]] || { echo "fuzz: clang++ not found (apt-get install clang-14)" >&2; exit 1; }
+jobs="$(nproc 2>/dev/null || echo 2)"
+((jobs > 2)) && jobs=2
+
+echo "== fuzz: configuring $build with $cxx"
+cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=Release \
+  -DTUTTI_FUZZ=ON -DTUTTI_BUILD_TESTS=ON -DTUTTI_BUILD_EXAMPLES=OFF \
+  -DTUTTI_BUILD_BENCHMARKS=OFF -DTUTTI_WITH_GLOO=OFF -DTUTTI_INSTALL=OFF >/dev/null
+
+if (($#)); then
+  names=("$@")
+else
+  names=()
+  for src in "$root"/tests/fuzz/fuzz_*.cpp; do
+    n="$(basename "$src" .cpp)"
+    names+=("${n#fuzz_}")
+  done
+fi
+targets=()
+for n in "${names[@]}"; do targets+=("fuzz_$n"); done
+echo "== fuzz: building ${targets[*]}"
+cmake --build "$build" -j"$jobs" --target "${targets[@]}" >/dev/null
+
+status=0
+summary=()
+for n in "${names[@]}"; do
+  exe="$(find "$build" -type f -name "fuzz_$n" -perm -u+x | head -n 1)"
+  [[ -n "$exe" ]] || { echo "fuzz: fuzz_$n was not built" >&2; exit 1; }
+  corpus="$build/corpus/$n"
+  findings="$build/findings/$n"
+  log="$build/logs/$n.log"
+  mkdir -p "$corpus" "$findings" "$(dirname "$log")"
+  echo "== fuzz: $n for ${seconds}s"
+  rc=0
+  # -timeout: one input running 10 s is a hang; -rss_limit_mb: a leak or runaway allocation.
+  "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$findings/" "$corpus" "$root/tests/fuzz/corpus/$n" >"$log" 2>&1 || rc=$?
+  execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)"
+  cov="$(grep -Eo 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -n 1)"
+  found="$(find "$findings" -type f | wc -l)"
+  line="$(printf '%-14s rc=%d execs=%s %s corpus=%s findings=%s' "$n" "$rc" "${execs:-?}" \
+    "${cov:-cov: ?}" "$(find "$corpus" -type f | wc -l)" "$found")"
+  summary+=("$line")
+  echo "   $line"
+  if ((rc != 0 || found != 0)); then
+    status=1
+    echo "fuzz: $n FAILED; the end of $log:" >&2
+    tail -n 40 "$log" >&2
+  fi
+done
+
+echo "== fuzz: summary (${seconds}s per target, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores)"
+printf '   %s\n' "${summary[@]}"
+exit "$status"
