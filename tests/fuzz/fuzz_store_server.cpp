@@ -9,6 +9,7 @@
 // Properties: no crash or sanitizer report; no connection ever buffers more than in_cap();
 // an unauthenticated connection never reaches the map (the key count stays 0).
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -59,8 +60,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::span<const std::byte> rest(reinterpret_cast<const std::byte*>(data) + 1, size - 1);
   constexpr const char* token = "fuzz-token";
   td::store_engine e(with_token ? token : "");
-  std::vector<td::store_connection*> clients;
-  for (int i = 0; i < 3; ++i) clients.push_back(&e.add(td::unique_fd{}));
+  std::array<td::store_connection*, 3> clients{};
+  for (auto& c : clients) c = &e.add(td::unique_fd{});
 
   if (with_token && authenticate_first) {
     td::store_connection& c = *clients[0];
@@ -92,8 +93,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (const auto* k : clients) ever_authenticated = ever_authenticated || k->authenticated;
     check(ever_authenticated || e.size() == 0);
     drain(e);
-    std::vector<bool> replace;
-    for (const auto* k : clients) replace.push_back(k->dead);
+    std::array<bool, clients.size()> replace{};
+    for (std::size_t i = 0; i < clients.size(); ++i) replace[i] = clients[i]->dead;
     e.sweep();
     for (std::size_t i = 0; i < clients.size(); ++i)
       if (replace[i]) clients[i] = &e.add(td::unique_fd{});

@@ -63,7 +63,7 @@ class tcp_store final : public store {
   /// rejected; a client without a token gets that error from its first call.
   tcp_store(std::string host, int port, bool is_server,
             std::chrono::milliseconds timeout = default_timeout(),
-            std::string token = default_store_token())
+            const std::string& token = default_store_token())
       : host_(std::move(host)), port_(port), timeout_(timeout) {
     if (!is_server && host_.empty())
       detail::store_fail(errc::invalid_argument, name() + ": empty host");
