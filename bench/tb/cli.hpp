@@ -1,0 +1,486 @@
+#pragma once
+// tutti-bench's command line, shared by tutti-bench and its peers (bench/peers/): nccl-tests'
+// flags where they make sense, plus what a CPU library needs (--transport, --algo, --np, --json,
+// --compare, --plot). Parsing never prints: the caller decides which rank reports.
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tutti_bench {
+
+// ---- what is measured ---------------------------------------------------------------------
+
+enum class collective {
+  all_reduce,
+  broadcast,
+  reduce,
+  all_gather,
+  reduce_scatter,
+  gather,
+  scatter,
+  all_to_all
+};
+inline constexpr std::array<collective, 8> all_collectives{
+    collective::all_reduce,     collective::broadcast, collective::reduce,
+    collective::all_gather,     collective::reduce_scatter, collective::gather,
+    collective::scatter,        collective::all_to_all};
+
+[[nodiscard]] constexpr std::string_view name_of(collective c) noexcept {
+  switch (c) {
+    case collective::broadcast:
+      return "broadcast";
+    case collective::reduce:
+      return "reduce";
+    case collective::all_gather:
+      return "all_gather";
+    case collective::reduce_scatter:
+      return "reduce_scatter";
+    case collective::gather:
+      return "gather";
+    case collective::scatter:
+      return "scatter";
+    case collective::all_to_all:
+      return "all_to_all";
+    case collective::all_reduce:
+      break;
+  }
+  return "all_reduce";
+}
+
+[[nodiscard]] constexpr bool reduces(collective c) noexcept {
+  return c == collective::all_reduce || c == collective::reduce || c == collective::reduce_scatter;
+}
+[[nodiscard]] constexpr bool rooted(collective c) noexcept {
+  return c == collective::broadcast || c == collective::reduce || c == collective::gather ||
+         c == collective::scatter;
+}
+
+/// nccl-tests' element types, in ncclDataType_t order.
+enum class datatype { int8, uint8, int32, uint32, int64, uint64, float16, float32, float64, bfloat16 };
+inline constexpr std::array<datatype, 10> all_datatypes{
+    datatype::int8,    datatype::uint8,   datatype::int32,   datatype::uint32,
+    datatype::int64,   datatype::uint64,  datatype::float16, datatype::float32,
+    datatype::float64, datatype::bfloat16};
+
+/// The names nccl-tests prints.
+[[nodiscard]] constexpr std::string_view name_of(datatype t) noexcept {
+  switch (t) {
+    case datatype::int8:
+      return "int8";
+    case datatype::uint8:
+      return "uint8";
+    case datatype::int32:
+      return "int32";
+    case datatype::uint32:
+      return "uint32";
+    case datatype::int64:
+      return "int64";
+    case datatype::uint64:
+      return "uint64";
+    case datatype::float16:
+      return "half";
+    case datatype::float64:
+      return "double";
+    case datatype::bfloat16:
+      return "bfloat16";
+    case datatype::float32:
+      break;
+  }
+  return "float";
+}
+
+enum class redop { sum, prod, min, max, avg, none };
+inline constexpr std::array<redop, 5> all_redops{redop::sum, redop::prod, redop::min, redop::max,
+                                                 redop::avg};
+
+[[nodiscard]] constexpr std::string_view name_of(redop o) noexcept {
+  switch (o) {
+    case redop::prod:
+      return "prod";
+    case redop::min:
+      return "min";
+    case redop::max:
+      return "max";
+    case redop::avg:
+      return "avg";
+    case redop::none:
+      return "none";
+    case redop::sum:
+      break;
+  }
+  return "sum";
+}
+
+enum class placement { out_of_place, in_place };
+[[nodiscard]] constexpr std::string_view name_of(placement p) noexcept {
+  return p == placement::in_place ? "in-place" : "out-of-place";
+}
+
+// ---- options ------------------------------------------------------------------------------
+
+/// How the per-call time of the ranks becomes one number (nccl-tests' -a).
+enum class average_mode { rank0 = 0, mean = 1, min = 2, max = 3 };
+
+inline constexpr double target_seconds_per_size = 0.2;
+inline constexpr std::size_t min_adaptive_iters = 5;
+inline constexpr std::size_t max_adaptive_iters = 100000;
+
+struct options {
+  collective coll = collective::all_reduce;
+  std::size_t min_bytes = 8;
+  std::size_t max_bytes = std::size_t{32} << 20;
+  std::size_t step_bytes = 0;   // -i: additive step (used when -f is not given)
+  std::size_t step_factor = 2;  // -f: multiplicative step
+  std::size_t iters = 0;        // 0: adaptive (~0.2 s per size)
+  std::size_t warmup = 5;
+  bool check = true;
+  std::vector<redop> ops{redop::sum};
+  std::vector<datatype> types{datatype::float32};
+  std::vector<int> roots{0};  // -r all: every rank in turn
+  bool all_roots = false;
+  average_mode average = average_mode::mean;
+  std::string transport;  // programs with a choice (first of the program's list by default)
+  std::string algo;
+  int np = 0;  // --np N: spawn N local ranks (0: the launcher's world, else 2)
+  std::string json;
+  std::string plot;
+  std::vector<std::string> compare;
+  std::vector<std::string> argv;  // the command line, for the JSON and for peers
+};
+
+/// What a program accepts beyond the common flags.
+struct program {
+  std::string_view name;
+  bool spawns_ranks = false;                        // --np N
+  std::span<const std::string_view> transports{};  // --transport NAME (first = default)
+  std::span<const std::string_view> algos{};       // --algo NAME (first = default)
+  bool compares = false;                         // --compare, --plot
+};
+
+struct parse_result {
+  enum class status { run, help, error };
+  status what = status::run;
+  options opts;
+  std::string message;  // the error, or the usage text for help
+};
+
+[[nodiscard]] inline std::string usage(const program& p) {
+  // Built with append only: GCC 12's -Wrestrict misfires on `"literal" + std::string` at -O3.
+  std::string u = "usage: ";
+  u.append(p.name);
+  u += " COLLECTIVE [options]\n"
+       "  COLLECTIVE: all_reduce broadcast reduce all_gather reduce_scatter gather scatter "
+       "all_to_all\n"
+       "  -b, --minbytes N        smallest size, bytes (K/M/G suffixes)          [8]\n"
+       "  -e, --maxbytes N        largest size, bytes (K/M/G suffixes)           [32M]\n"
+       "  -f, --stepfactor N      multiply the size by N each step (N >= 2)      [2]\n"
+       "  -i, --stepbytes N       add N bytes each step instead of -f\n"
+       "  -n, --iters N           timed calls per size      [adaptive: ~0.2 s, 5..100000]\n"
+       "  -w, --warmup_iters N    untimed calls per size                         [5]\n"
+       "  -c, --check N           0: no check; else check every size exactly     [1]\n"
+       "  -o, --op OP             sum prod min max avg, or all                   [sum]\n"
+       "  -d, --datatype T        int8 uint8 int32 uint32 int64 uint64 half float double\n"
+       "                          bfloat16, or all                               [float]\n"
+       "  -r, --root N            root of rooted collectives, or all             [0]\n"
+       "  -a, --average N         time over ranks: 0 rank 0, 1 mean, 2 min, 3 max [1]\n"
+       "  -J, --json FILE         write every measurement to FILE as JSON\n";
+  if (p.spawns_ranks)
+    u += "      --np N              spawn N local ranks          [launcher's world, else 2]\n";
+  auto list = [&u](std::string_view flag, std::span<const std::string_view> names) {
+    if (names.empty()) return;
+    u += "      ";
+    u.append(flag);
+    u += " NAME      one of:";
+    for (auto a : names) (u += ' ').append(a);
+    (u += "  [").append(names.front()) += "]\n";
+  };
+  list("--transport", p.transports);
+  list("--algo     ", p.algos);
+  if (p.compares)
+    u += "      --compare LIST      also run these peers over the same sizes: mpi, gloo\n"
+         "      --plot FILE.png     plot busbw and latency of every run (bench/plot, gnuplot)\n";
+  u += "  -h, --help\n";
+  return u;
+}
+
+namespace detail {
+
+// nccl-tests' size syntax: digits with an optional K, M or G (powers of 1024).
+[[nodiscard]] inline std::size_t parse_size(std::string_view flag, const std::string& s) {
+  std::size_t pos = 0;
+  unsigned long long v = 0;
+  std::string f(flag);
+  try {
+    if (s.empty() || s.front() == '-') throw std::invalid_argument(s);
+    v = std::stoull(s, &pos);
+  } catch (const std::exception&) {
+    throw std::invalid_argument(f + ": not a size: '" + s + "'");
+  }
+  unsigned shift = 0;
+  if (pos + 1 == s.size()) {
+    switch (s[pos]) {
+      case 'k':
+      case 'K':
+        shift = 10;
+        break;
+      case 'm':
+      case 'M':
+        shift = 20;
+        break;
+      case 'g':
+      case 'G':
+        shift = 30;
+        break;
+      default:
+        throw std::invalid_argument(f + ": unknown suffix in '" + s + "' (use K, M or G)");
+    }
+  } else if (pos != s.size()) {
+    throw std::invalid_argument(f + ": not a size: '" + s + "'");
+  }
+  if (v > (std::numeric_limits<std::size_t>::max() >> shift))
+    throw std::invalid_argument(f + ": too large: '" + s + "'");
+  return static_cast<std::size_t>(v) << shift;
+}
+
+[[nodiscard]] inline std::size_t parse_count(std::string_view flag, const std::string& s) {
+  std::size_t pos = 0;
+  unsigned long long v = 0;
+  try {
+    if (s.empty() || s.front() == '-') throw std::invalid_argument(s);
+    v = std::stoull(s, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  if (pos == 0 || pos != s.size())
+    throw std::invalid_argument(std::string(flag) + ": not a non-negative integer: '" + s + "'");
+  return static_cast<std::size_t>(v);
+}
+
+[[nodiscard]] inline std::optional<collective> parse_collective(std::string_view s) {
+  std::string n(s);
+  if (n.size() > 5 && n.ends_with("_perf")) n.resize(n.size() - 5);  // nccl-tests' binary names
+  for (auto c : all_collectives) {
+    std::string plain(name_of(c));
+    std::erase(plain, '_');
+    if (n == name_of(c) || n == plain) return c;
+  }
+  return std::nullopt;
+}
+
+[[nodiscard]] inline std::optional<datatype> parse_datatype(std::string_view s) {
+  for (auto t : all_datatypes)
+    if (s == name_of(t)) return t;
+  if (s == "float32") return datatype::float32;
+  if (s == "float64") return datatype::float64;
+  if (s == "float16" || s == "fp16") return datatype::float16;
+  if (s == "bf16") return datatype::bfloat16;
+  if (s == "int") return datatype::int32;
+  if (s == "char") return datatype::int8;
+  return std::nullopt;
+}
+
+[[nodiscard]] inline std::optional<redop> parse_redop(std::string_view s) {
+  for (auto o : all_redops)
+    if (s == name_of(o)) return o;
+  return std::nullopt;
+}
+
+[[nodiscard]] inline std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const auto comma = s.find(',', start);
+    const auto end = comma == std::string::npos ? s.size() : comma;
+    if (end > start) out.push_back(s.substr(start, end - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace detail
+
+/// Parses the command line. `argv[1]` (or any non-flag argument) names the collective.
+[[nodiscard]] inline parse_result parse(int argc, char** argv, const program& p) {
+  parse_result r;
+  options& o = r.opts;
+  for (int i = 0; i < argc; ++i) o.argv.emplace_back(argv[i]);
+  if (!p.transports.empty()) o.transport = std::string(p.transports.front());
+  if (!p.algos.empty()) o.algo = std::string(p.algos.front());
+  bool have_collective = false;
+  bool have_factor = false;
+  bool have_step_bytes = false;
+  std::string root_arg = "0";
+  try {
+    for (int i = 1; i < argc; ++i) {
+      std::string arg = argv[i];
+      std::string value;
+      bool has_value = false;
+      if (arg.rfind("--", 0) == 0) {
+        if (const auto eq = arg.find('='); eq != std::string::npos) {
+          value = arg.substr(eq + 1);
+          arg.resize(eq);
+          has_value = true;
+        }
+      }
+      auto next = [&]() -> const std::string& {
+        if (!has_value) {
+          if (i + 1 >= argc) throw std::invalid_argument(arg + ": missing value");
+          value = argv[++i];
+          has_value = true;
+        }
+        return value;
+      };
+      if (arg == "-h" || arg == "--help") {
+        r.what = parse_result::status::help;
+        r.message = usage(p);
+        return r;
+      }
+      if (arg.empty() || arg.front() != '-') {
+        if (have_collective)
+          throw std::invalid_argument("one collective per run ('" + std::string(name_of(o.coll)) +
+                                      "' and '" + arg + "')");
+        const auto c = detail::parse_collective(arg);
+        if (!c) throw std::invalid_argument("unknown collective '" + arg + "'");
+        o.coll = *c;
+        have_collective = true;
+      } else if (arg == "-b" || arg == "--minbytes") {
+        o.min_bytes = detail::parse_size(arg, next());
+      } else if (arg == "-e" || arg == "--maxbytes") {
+        o.max_bytes = detail::parse_size(arg, next());
+      } else if (arg == "-f" || arg == "--stepfactor") {
+        o.step_factor = detail::parse_count(arg, next());
+        have_factor = true;
+      } else if (arg == "-i" || arg == "--stepbytes") {
+        o.step_bytes = detail::parse_size(arg, next());
+        have_step_bytes = true;
+      } else if (arg == "-n" || arg == "--iters") {
+        o.iters = detail::parse_count(arg, next());
+        if (o.iters == 0) throw std::invalid_argument(arg + ": must be at least 1");
+      } else if (arg == "-w" || arg == "--warmup_iters") {
+        o.warmup = detail::parse_count(arg, next());
+      } else if (arg == "-c" || arg == "--check") {
+        o.check = detail::parse_count(arg, next()) != 0;
+      } else if (arg == "-o" || arg == "--op") {
+        const std::string& s = next();
+        o.ops.clear();
+        if (s == "all") {
+          o.ops.assign(all_redops.begin(), all_redops.end());
+        } else {
+          for (const auto& part : detail::split_list(s)) {
+            const auto op = detail::parse_redop(part);
+            if (!op)
+              throw std::invalid_argument(arg + ": unknown op '" + part +
+                                          "' (sum, prod, min, max, avg or all)");
+            o.ops.push_back(*op);
+          }
+          if (o.ops.empty()) throw std::invalid_argument(arg + ": empty");
+        }
+      } else if (arg == "-d" || arg == "--datatype") {
+        const std::string& s = next();
+        o.types.clear();
+        if (s == "all") {
+          o.types.assign(all_datatypes.begin(), all_datatypes.end());
+        } else {
+          for (const auto& part : detail::split_list(s)) {
+            const auto t = detail::parse_datatype(part);
+            if (!t) throw std::invalid_argument(arg + ": unknown datatype '" + part + "'");
+            o.types.push_back(*t);
+          }
+          if (o.types.empty()) throw std::invalid_argument(arg + ": empty");
+        }
+      } else if (arg == "-r" || arg == "--root") {
+        root_arg = next();
+      } else if (arg == "-a" || arg == "--average") {
+        const std::size_t a = detail::parse_count(arg, next());
+        if (a > 3) throw std::invalid_argument(arg + ": 0, 1, 2 or 3");
+        o.average = static_cast<average_mode>(a);
+      } else if (arg == "-J" || arg == "--json" || arg == "--output_file") {
+        o.json = next();
+      } else if (p.spawns_ranks && arg == "--np") {
+        const std::size_t n = detail::parse_count(arg, next());
+        if (n < 1 || n > 1024) throw std::invalid_argument("--np: between 1 and 1024");
+        o.np = static_cast<int>(n);
+      } else if (!p.transports.empty() && arg == "--transport") {
+        const std::string& t = next();
+        if (std::find(p.transports.begin(), p.transports.end(), t) == p.transports.end()) {
+          std::string known;
+          for (auto k : p.transports) (known += ' ').append(k);
+          throw std::invalid_argument("--transport: '" + t + "' is not built in (known:" + known +
+                                      ")");
+        }
+        o.transport = t;
+      } else if (!p.algos.empty() && arg == "--algo") {
+        const std::string& a = next();
+        if (std::find(p.algos.begin(), p.algos.end(), a) == p.algos.end()) {
+          std::string known;
+          for (auto k : p.algos) (known += ' ').append(k);
+          throw std::invalid_argument("--algo: unknown algorithm '" + a + "' (known:" + known +
+                                      ")");
+        }
+        o.algo = a;
+      } else if (p.compares && arg == "--compare") {
+        o.compare = detail::split_list(next());
+        for (const auto& peer : o.compare)
+          if (peer != "mpi" && peer != "gloo")
+            throw std::invalid_argument("--compare: unknown peer '" + peer + "' (mpi, gloo)");
+      } else if (p.compares && arg == "--plot") {
+        o.plot = next();
+      } else {
+        throw std::invalid_argument("unknown argument '" + arg + "'");
+      }
+    }
+    if (!have_collective) throw std::invalid_argument("name a collective");
+    if (o.min_bytes == 0) throw std::invalid_argument("-b/--minbytes: must be at least 1");
+    if (o.min_bytes > o.max_bytes)
+      throw std::invalid_argument("-b/--minbytes (" + std::to_string(o.min_bytes) +
+                                  ") exceeds -e/--maxbytes (" + std::to_string(o.max_bytes) + ")");
+    if (have_step_bytes && have_factor)
+      throw std::invalid_argument("-i/--stepbytes and -f/--stepfactor exclude each other");
+    if (have_step_bytes && o.step_bytes == 0)
+      throw std::invalid_argument("-i/--stepbytes: must be at least 1");
+    if (!have_step_bytes && o.step_factor < 2)
+      throw std::invalid_argument("-f/--stepfactor: must be at least 2");
+    if (!have_step_bytes) o.step_bytes = 0;
+    if (root_arg == "all" || root_arg == "-1") {
+      o.all_roots = true;
+    } else {
+      const std::size_t root = detail::parse_count("-r/--root", root_arg);
+      if (root > 4096) throw std::invalid_argument("-r/--root: too large");
+      o.roots = {static_cast<int>(root)};
+    }
+    if (!reduces(o.coll)) o.ops = {redop::none};
+  } catch (const std::invalid_argument& e) {
+    r.what = parse_result::status::error;
+    r.message = std::string(p.name) + ": " + e.what() + "\n" + usage(p);
+  }
+  return r;
+}
+
+/// The sizes of a sweep: from min to max by the factor (or the additive step), never past max.
+[[nodiscard]] inline std::vector<std::size_t> sizes_of(const options& o) {
+  std::vector<std::size_t> out;
+  for (std::size_t s = o.min_bytes; s <= o.max_bytes;) {
+    out.push_back(s);
+    if (o.step_bytes != 0) {
+      if (s > o.max_bytes - o.step_bytes) break;
+      s += o.step_bytes;
+    } else {
+      if (s > o.max_bytes / o.step_factor) break;
+      s *= o.step_factor;
+    }
+  }
+  return out;
+}
+
+}  // namespace tutti_bench

@@ -1,0 +1,445 @@
+#pragma once
+// tutti-bench's measurement loop, shared by tutti-bench and its peers so that every library is
+// measured by the same rule:
+//
+//   for each type, op and root; for each size: out-of-place, then in-place (where the library
+//   has that form):
+//     fill the buffers; barrier; `warmup` calls, each timed; barrier; `iters` calls, each timed
+//     on its own with std::chrono::steady_clock, back to back.
+//     Without -n, iters = clamp(ceil(0.2 s / t_warm), 5, 100000), t_warm the fastest warm-up
+//     call (the slowest rank's), so every rank runs the same count.
+//     time = each rank's mean per call, p50/p99 = each rank's per-call percentiles; each
+//     combined over ranks as -a says (default: the mean over ranks, as nccl-tests).
+//     With -c: refill (in-place) or zero the output (out-of-place), one more call, compare it
+//     bit for bit with the expected values (tb/data.hpp); #wrong is summed over ranks.
+//   algbw = bytes / time (GB = 1e9 B), busbw = algbw x nccl-tests' factor for the collective.
+//
+// Statistics and checks travel through the library under test, outside the timed calls.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <tutti/core/bfloat16.hpp>
+#include <tutti/core/half.hpp>
+
+#include "cli.hpp"
+#include "data.hpp"
+#include "report.hpp"
+
+namespace tutti_bench {
+
+enum class stat { min, max, sum };
+
+/// One call of a collective, as the driver asks a backend to make it. In place, `in == out`
+/// is the one buffer (shape::buf_elems elements).
+template <class T>
+struct call_args {
+  collective coll = collective::all_reduce;
+  redop op = redop::sum;
+  placement where = placement::out_of_place;
+  const T* in = nullptr;
+  T* out = nullptr;
+  std::size_t count = 0;  // shape::count: per-rank elements (per block for blocked collectives)
+  int root = 0;
+};
+
+/// A library under test. `unsupported` says why a (collective, placement, type, op) cannot
+/// run, or returns "" when it can; `call` makes one call.
+template <class B>
+concept backend = requires(B& b, const B& cb, double x, std::uint64_t u, stat s, collective c,
+                           placement p, datatype t, redop o, const call_args<float>& a) {
+  { cb.rank() } -> std::convertible_to<int>;
+  { cb.size() } -> std::convertible_to<int>;
+  b.barrier();
+  { b.reduce_stat(x, s) } -> std::convertible_to<double>;
+  { b.sum(u) } -> std::convertible_to<std::uint64_t>;
+  { cb.unsupported(c, p, t, o) } -> std::convertible_to<std::string>;
+  { cb.info() } -> std::convertible_to<run_info>;
+  b.call(a);
+};
+
+namespace detail {
+
+[[nodiscard]] inline std::size_t adaptive_iters(double seconds_per_call) {
+  if (!(seconds_per_call > 0.0)) return max_adaptive_iters;
+  const double want = std::ceil(target_seconds_per_size / seconds_per_call);
+  if (want >= static_cast<double>(max_adaptive_iters)) return max_adaptive_iters;
+  return std::max(min_adaptive_iters, static_cast<std::size_t>(want));
+}
+
+[[nodiscard]] inline double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const auto idx = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
+  return v[std::min(idx, v.size() - 1)];
+}
+
+template <class B>
+[[nodiscard]] double combine(B& b, double x, average_mode a) {
+  switch (a) {
+    case average_mode::rank0: {
+      const double mine = b.rank() == 0 ? x : 0.0;
+      return b.reduce_stat(mine, stat::sum);
+    }
+    case average_mode::min:
+      return b.reduce_stat(x, stat::min);
+    case average_mode::max:
+      return b.reduce_stat(x, stat::max);
+    case average_mode::mean:
+      break;
+  }
+  return b.reduce_stat(x, stat::sum) / static_cast<double>(b.size());
+}
+
+template <class T>
+struct element_of;
+template <>
+struct element_of<std::int8_t> {
+  static constexpr datatype value = datatype::int8;
+};
+template <>
+struct element_of<std::uint8_t> {
+  static constexpr datatype value = datatype::uint8;
+};
+template <>
+struct element_of<std::int32_t> {
+  static constexpr datatype value = datatype::int32;
+};
+template <>
+struct element_of<std::uint32_t> {
+  static constexpr datatype value = datatype::uint32;
+};
+template <>
+struct element_of<std::int64_t> {
+  static constexpr datatype value = datatype::int64;
+};
+template <>
+struct element_of<std::uint64_t> {
+  static constexpr datatype value = datatype::uint64;
+};
+template <>
+struct element_of<tutti::half> {
+  static constexpr datatype value = datatype::float16;
+};
+template <>
+struct element_of<float> {
+  static constexpr datatype value = datatype::float32;
+};
+template <>
+struct element_of<double> {
+  static constexpr datatype value = datatype::float64;
+};
+template <>
+struct element_of<tutti::bfloat16> {
+  static constexpr datatype value = datatype::bfloat16;
+};
+
+/// Runs `f.template operator()<T>()` with the T of `t`.
+template <class F>
+decltype(auto) with_type(datatype t, F&& f) {
+  switch (t) {
+    case datatype::int8:
+      return f.template operator()<std::int8_t>();
+    case datatype::uint8:
+      return f.template operator()<std::uint8_t>();
+    case datatype::int32:
+      return f.template operator()<std::int32_t>();
+    case datatype::uint32:
+      return f.template operator()<std::uint32_t>();
+    case datatype::int64:
+      return f.template operator()<std::int64_t>();
+    case datatype::uint64:
+      return f.template operator()<std::uint64_t>();
+    case datatype::float16:
+      return f.template operator()<tutti::half>();
+    case datatype::float64:
+      return f.template operator()<double>();
+    case datatype::bfloat16:
+      return f.template operator()<tutti::bfloat16>();
+    case datatype::float32:
+      break;
+  }
+  return f.template operator()<float>();
+}
+
+/// Prints "[tutti-bench] ..." progress on stderr once a sweep has run for a while: rewritten
+/// in place on a terminal, a line at most every 10 s otherwise.
+class progress {
+ public:
+  explicit progress(bool on) : on_(on), tty_(on && ::isatty(2) == 1) {}
+  void update(const std::string& what, std::size_t done, std::size_t total) {
+    if (!on_) return;
+    const auto now = clock::now();
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    if (elapsed < 3.0) return;
+    if (!tty_ && std::chrono::duration<double>(now - last_).count() < 10.0) return;
+    last_ = now;
+    std::fprintf(stderr, "%s[tutti-bench] %s  %zu/%zu rows  %.0f s%s", tty_ ? "\r\033[K" : "",
+                 what.c_str(), done, total, elapsed, tty_ ? "" : "\n");
+    std::fflush(stderr);
+    shown_ = true;
+  }
+  void finish() {
+    if (shown_ && tty_) std::fputs("\r\033[K", stderr);
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  bool on_;
+  bool tty_;
+  bool shown_ = false;
+  clock::time_point start_ = clock::now();
+  clock::time_point last_ = start_;
+};
+
+template <class T, backend B>
+measurement measure(B& b, const options& o, const shape& s, const dataset<T>& data, redop op,
+                    int root, placement where, std::vector<T>& in, std::vector<T>& out) {
+  using clock = std::chrono::steady_clock;
+  const bool in_place = where == placement::in_place;
+  call_args<T> a{o.coll, op, where, in_place ? out.data() : in.data(), out.data(), s.count, root};
+
+  if (in_place)
+    data.fill_in_place(out.data(), s);
+  else
+    data.fill_input(in.data(), s);
+
+  b.barrier();
+  double fastest = std::numeric_limits<double>::infinity();
+  const std::size_t warm = o.warmup == 0 && o.iters == 0 ? 1 : o.warmup;
+  for (std::size_t w = 0; w < warm; ++w) {
+    const auto t0 = clock::now();
+    b.call(a);
+    fastest = std::min(fastest, std::chrono::duration<double>(clock::now() - t0).count());
+  }
+  measurement m;
+  m.ran = true;
+  m.iters = o.iters != 0 ? o.iters : adaptive_iters(b.reduce_stat(fastest, stat::max));
+
+  std::vector<double> per_call(m.iters);
+  b.barrier();
+  for (std::size_t it = 0; it < m.iters; ++it) {
+    const auto t0 = clock::now();
+    b.call(a);
+    per_call[it] = std::chrono::duration<double>(clock::now() - t0).count();
+  }
+  double total = 0;
+  for (const double d : per_call) total += d;
+  const double seconds = combine(b, total / static_cast<double>(m.iters), o.average);
+  m.time_us = seconds * 1e6;
+  m.p50_us = combine(b, percentile(per_call, 0.50), o.average) * 1e6;
+  m.p99_us = combine(b, percentile(per_call, 0.99), o.average) * 1e6;
+  m.algbw = seconds > 0 ? static_cast<double>(s.bytes) / seconds / 1e9 : 0.0;
+  m.busbw = m.algbw * s.bus_factor;
+
+  if (o.check) {
+    if (in_place)
+      data.fill_in_place(out.data(), s);
+    else
+      std::fill_n(out.data(), s.out_elems, T{});
+    b.barrier();
+    b.call(a);
+    m.checked = true;
+    m.wrong = b.sum(data.count_wrong(out.data(), s, where));
+  }
+  return m;
+}
+
+}  // namespace detail
+
+/// Runs the whole sweep `o` describes on `b` and prints the table on rank 0 (stdout); writes
+/// --json there too. Returns the process exit code: 0, 1 if any element was wrong, 2 if
+/// nothing the options asked for can run on this backend. Every rank calls it alike.
+template <backend B>
+[[nodiscard]] int run(B& b, const options& o, std::string_view program_name) {
+  const int n = b.size();
+  const bool out0 = b.rank() == 0;
+  const run_info info = b.info();
+  const auto sizes = sizes_of(o);
+  std::vector<int> roots = o.roots;
+  if (!rooted(o.coll)) {
+    roots = {-1};
+  } else if (o.all_roots) {
+    roots.clear();
+    for (int r = 0; r < n; ++r) roots.push_back(r);
+  }
+  // Every rank finds the same problems; they leave together (a launcher may stop the job at
+  // the first rank that exits).
+  auto give_up = [&b]() {
+    b.barrier();
+    return 2;
+  };
+  for (const int r : roots)
+    if (r >= n) {
+      if (out0)
+        std::fprintf(stderr, "%.*s: -r %d: there are only %d ranks\n",
+                     static_cast<int>(program_name.size()), program_name.data(), r, n);
+      return give_up();
+    }
+
+  // What runs: (type, op) pairs the backend supports; the rest is said once, on stderr.
+  struct combo {
+    datatype type;
+    redop op;
+    bool oop;
+    bool ip;
+  };
+  std::vector<combo> combos;
+  for (const auto t : o.types)
+    for (const auto op : o.ops) {
+      const std::string why_o = b.unsupported(o.coll, placement::out_of_place, t, op);
+      const std::string why_i = b.unsupported(o.coll, placement::in_place, t, op);
+      if (!why_o.empty() && !why_i.empty()) {
+        if (out0)
+          std::fprintf(stderr, "%.*s: skipping %s %s: %s\n", static_cast<int>(program_name.size()),
+                       program_name.data(), std::string(name_of(t)).c_str(),
+                       std::string(name_of(op)).c_str(), why_o.c_str());
+        continue;
+      }
+      if (o.check) {
+        try {
+          (void)detail::with_type(t, [&]<class T>() { return value_plan::make<T>(op, n, name_of(t)); });
+        } catch (const std::invalid_argument& e) {
+          if (out0)
+            std::fprintf(stderr, "%.*s: %s\n", static_cast<int>(program_name.size()),
+                         program_name.data(), e.what());
+          return give_up();
+        }
+      }
+      combos.push_back({t, op, why_o.empty(), why_i.empty()});
+    }
+  if (combos.empty()) {
+    if (out0)
+      std::fprintf(stderr, "%.*s: nothing to run: %s cannot run %s with these types and ops\n",
+                   static_cast<int>(program_name.size()), program_name.data(),
+                   info.label.c_str(), std::string(name_of(o.coll)).c_str());
+    return give_up();
+  }
+
+  if (out0) {
+    std::printf("# %.*s %s: %s, %d ranks, %s\n", static_cast<int>(program_name.size()),
+                program_name.data(), std::string(name_of(o.coll)).c_str(), info.label.c_str(), n,
+                info.library.c_str());
+    std::string iters = o.iters != 0 ? std::to_string(o.iters) : "adaptive (~0.2 s, 5..100000)";
+    std::string step = o.step_bytes != 0 ? std::to_string(o.step_bytes) + "(bytes)"
+                                         : std::to_string(o.step_factor) + "(factor)";
+    std::printf("#  minBytes %zu maxBytes %zu step: %s warmup iters: %zu iters: %s validation: %d "
+                "average: %d\n",
+                o.min_bytes, o.max_bytes, step.c_str(), o.warmup, iters.c_str(), o.check ? 1 : 0,
+                static_cast<int>(o.average));
+    std::printf("#  %s, %s, %u cores, %s\n#\n", detail::host_name().c_str(),
+                detail::cpu_model().c_str(), std::thread::hardware_concurrency(),
+                detail::local_date().c_str());
+    print_header(stdout);
+    std::fflush(stdout);
+  }
+
+  // Settle: a launcher finishing its start-up otherwise inflates the first sizes measured.
+  {
+    b.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    do {
+      for (int i = 0; i < 20; ++i) b.barrier();
+    } while (b.reduce_stat(
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                 stat::max) < 0.3);
+  }
+
+  std::vector<row> rows;
+  std::uint64_t total_wrong = 0;
+  double busbw_sum = 0;
+  std::size_t busbw_count = 0;
+  detail::progress prog(out0);
+  const std::size_t total_rows = combos.size() * roots.size() * sizes.size();
+  for (const auto& c : combos) {
+    detail::with_type(c.type, [&]<class T>() {
+      const shape biggest = shape_of(o.coll, o.max_bytes, sizeof(T), n);
+      std::vector<T> in(std::max(biggest.in_elems, std::size_t{1}));
+      std::vector<T> out(std::max({biggest.out_elems, biggest.buf_elems, std::size_t{1}}));
+      const value_plan plan =
+          o.check ? value_plan::make<T>(c.op, n, name_of(c.type)) : value_plan{};
+      for (const int root : roots) {
+        const dataset<T> data(o.coll, c.op, b.rank(), n, root < 0 ? 0 : root, plan);
+        for (const std::size_t size : sizes) {
+          const shape s = shape_of(o.coll, size, sizeof(T), n);
+          row r{s.bytes, s.count, std::string(name_of(c.type)), std::string(name_of(c.op)), root,
+                {}, {}};
+          if (c.oop)
+            r.oop = detail::measure<T>(b, o, s, data, c.op, root < 0 ? 0 : root,
+                                       placement::out_of_place, in, out);
+          if (c.ip)
+            r.ip = detail::measure<T>(b, o, s, data, c.op, root < 0 ? 0 : root,
+                                      placement::in_place, in, out);
+          for (const measurement* m : {&r.oop, &r.ip}) {
+            if (!m->ran) continue;
+            total_wrong += m->wrong;
+            busbw_sum += m->busbw;
+            ++busbw_count;
+          }
+          if (out0) {
+            print_row(stdout, r);
+            std::fflush(stdout);
+          }
+          rows.push_back(std::move(r));
+          prog.update(std::string(name_of(o.coll)) + " " + std::string(name_of(c.type)) + " " +
+                          std::to_string(size) + " B",
+                      rows.size(), total_rows);
+        }
+      }
+    });
+  }
+  prog.finish();
+
+  if (out0) {
+    std::printf("# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(total_wrong),
+                total_wrong == 0 ? "OK" : "FAILED");
+    std::printf("# Avg bus bandwidth    : %g \n#\n",
+                busbw_count == 0 ? 0.0 : busbw_sum / static_cast<double>(busbw_count));
+    std::printf("# Collective test concluded: %s\n", std::string(name_of(o.coll)).c_str());
+    std::fflush(stdout);
+    if (!o.json.empty()) write_json(o.json, info, o, n, rows);
+    if (total_wrong != 0)
+      std::fprintf(stderr, "%.*s: %llu wrong elements\n", static_cast<int>(program_name.size()),
+                   program_name.data(), static_cast<unsigned long long>(total_wrong));
+  }
+  // No rank leaves before rank 0 has printed: a launcher may kill the job at the first rank
+  // that exits non-zero.
+  b.barrier();
+  return total_wrong == 0 ? 0 : 1;
+}
+
+/// main() of a program: parses the command line (help on stdout and exit 0; a usage error on
+/// stderr and exit 2), then returns `run(options)`; an exception from it is printed, exit 2.
+template <class Run>
+int program_main(int argc, char** argv, const program& p, Run&& run) {
+  const auto parsed = parse(argc, argv, p);
+  switch (parsed.what) {
+    case parse_result::status::help:
+      std::fputs(parsed.message.c_str(), stdout);
+      return 0;
+    case parse_result::status::error:
+      std::fputs(parsed.message.c_str(), stderr);
+      return 2;
+    case parse_result::status::run:
+      break;
+  }
+  try {
+    return run(parsed.opts);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%.*s: %s\n", static_cast<int>(p.name.size()), p.name.data(), e.what());
+    return 2;
+  }
+}
+
+}  // namespace tutti_bench
