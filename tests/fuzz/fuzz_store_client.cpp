@@ -3,8 +3,8 @@
 //
 // Input: [u8 what][reply bytes...]. `what` picks the call (set, get, add, wait) and, with bit
 // 2, a token: the constructor's handshake then reads the reply bytes first. The fake server is
-// a listening socket on 127.0.0.1; per input the client connects, the target accepts, writes
-// the reply bytes and closes its side, so every read ends (no hang). Properties: the call
+// a set of loopback listeners; per input the client connects, the target accepts, writes the
+// reply bytes and closes its side, so every read ends (no hang). Properties: the call
 // returns or raises tutti::error, nothing else; no crash or sanitizer report.
 
 #include <arpa/inet.h>
@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -31,18 +32,26 @@ using namespace std::chrono_literals;
 
 namespace {
 
+/// One listener on 127.0.0.1 + i for each i < count, used in turn. Every connection leaves
+/// its address pair in TIME_WAIT for a minute: at ~1000 inputs a second, a single destination
+/// would run out of ephemeral ports (~28000) within half a minute, and connect() would fail.
 struct fake_server {
-  td::unique_fd listener;
-  int port = 0;
+  static constexpr int count = 16;
+  std::array<td::unique_fd, count> listeners;
+  std::array<int, count> ports{};
+  int next = 0;
   fake_server() {
-    listener.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (!listener || ::bind(listener.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-        ::listen(listener.get(), 16) != 0)
-      std::abort();
-    port = ntohs(td::store_local_address(listener.get()).sin_port);
+    for (int i = 0; i < count; ++i) {
+      auto& l = listeners[static_cast<std::size_t>(i)];
+      l.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK + static_cast<std::uint32_t>(i));
+      if (!l || ::bind(l.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+          ::listen(l.get(), 16) != 0)
+        std::abort();
+      ports[static_cast<std::size_t>(i)] = ntohs(td::store_local_address(l.get()).sin_port);
+    }
   }
 };
 
@@ -56,9 +65,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::vector<std::byte> reply(reinterpret_cast<const std::byte*>(data) + 1,
                                      reinterpret_cast<const std::byte*>(data) + size);
   if (reply.size() > (std::size_t{64} << 10)) return 0;
+  const auto slot = static_cast<std::size_t>(server.next);
+  server.next = (server.next + 1) % fake_server::count;
+  const int listener = server.listeners[slot].get();
+  const std::string host = "127.0.0." + std::to_string(1 + slot);
   std::thread client([&] {
     try {
-      tutti::bootstrap::tcp_store store("127.0.0.1", server.port, false, 2s,
+      tutti::bootstrap::tcp_store store(host, server.ports[slot], false, 2s,
                                         with_token ? "fuzz-token" : "");
       const std::string keys[] = {"a", "b"};
       switch (what) {
@@ -78,9 +91,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } catch (const tutti::error&) {  // the expected outcome of most replies
     }
   });
-  pollfd p{server.listener.get(), POLLIN, 0};
+  pollfd p{listener, POLLIN, 0};
   if (::poll(&p, 1, 5000) != 1) std::abort();  // the client never connected
-  const td::unique_fd peer(::accept4(server.listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  const td::unique_fd peer(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
   if (!peer) std::abort();
   // The reply is small enough for the socket buffers: written before the client reads it.
   (void)td::store_send_all(peer.get(), reply, td::store_deadline(5s));  // the client may leave
