@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # tutti's policies over Gloo's TCP transport next to Gloo's own all-reduce algorithms, in one
-# invocation on one machine: bench/gloo_all_reduce --np NP --algo A for every A, float sum,
-# loopback, results checked by the program.
+# invocation on one machine, float sum over loopback, results checked by the programs:
+#   tutti-bench all_reduce --transport gloo --np NP --algo A     (tutti's policies)
+#   tutti-bench-gloo all_reduce --np NP --algo X                  (gloo_X: Gloo's own)
+# both out of place where the algorithm has that form, time = the slowest rank's mean (-a 3).
 #
 #   bench/compare_gloo.sh [build-dir]        (default: build/release)
 #
@@ -14,7 +16,7 @@
 #   MINBYTES (4)  MAXBYTES (256M)   sizes, nccl-tests syntax (K/M/G)
 #   NPS ("2 4")                     rank counts
 #   ROUNDS (2)                      runs per algorithm and rank count
-#   ALGOS (all)                     space-separated subset of gloo_all_reduce --algo names
+#   ALGOS (all)                     space-separated subset of the names in the table
 #   RUN_TIMEOUT (1800)              seconds allowed per run
 # Exit status: 0; 1 if a run reported wrong results or failed; 2 on a usage/setup error.
 set -euo pipefail
@@ -31,9 +33,10 @@ case "${1:-}" in
 esac
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$repo/build/release}"
-bin="$build/bench/gloo_all_reduce"
-[[ -x "$bin" ]] || die "'$bin' not found; configure with -DTUTTI_WITH_GLOO=ON (the presets do) and
-  cmake --build '$build' --target gloo_all_reduce"
+bin="$build/bench/tutti-bench"
+peer="$build/bench/tutti-bench-gloo"
+[[ -x "$bin" && -x "$peer" ]] || die "'$bin' or '$peer' not found; configure with -DTUTTI_WITH_GLOO=ON
+  (the presets do) and cmake --build '$build' --target tutti-bench tutti-bench-gloo"
 
 minbytes="${MINBYTES:-4}"
 maxbytes="${MAXBYTES:-256M}"
@@ -52,7 +55,8 @@ echo "- date: $(date '+%Y-%m-%d %H:%M:%S %Z')"
 echo "- machine: ${model:-unknown CPU}, $(nproc) cores, $(uname -srm);" \
   "load average before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
 echo "- Gloo: Debian libgloo-dev $(dpkg-query -W -f='${Version}' libgloo-dev 2>/dev/null || echo '?')"
-echo "- $bin --np NP --algo A -b $minbytes -e $maxbytes --csv; best of $rounds interleaved runs"
+echo "- tutti-bench / tutti-bench-gloo all_reduce --np NP --algo A -b $minbytes -e $maxbytes -a 3 --csv;" \
+  "best of $rounds interleaved runs"
 echo
 
 failed=0
@@ -61,7 +65,14 @@ for np in $nps; do
     for a in "${algos[@]}"; do
       printf '  np=%s round %s %-22s ... ' "$np" "$round" "$a" >&2
       start=$SECONDS
-      if timeout "$run_timeout" "$bin" --np "$np" --algo "$a" -b "$minbytes" -e "$maxbytes" --csv \
+      if [[ "$a" == gloo_* ]]; then
+        cmd=("$peer" all_reduce --algo "${a#gloo_}")
+        # ring and bcube have both forms; the classic classes only in place
+        [[ "$a" == gloo_ring || "$a" == gloo_bcube ]] && cmd+=(--placement out-of-place)
+      else
+        cmd=("$bin" all_reduce --transport gloo --algo "$a" --placement out-of-place)
+      fi
+      if timeout "$run_timeout" "${cmd[@]}" --np "$np" -b "$minbytes" -e "$maxbytes" -a 3 --csv \
         >"$work/$a.$np.$round.csv" 2>"$work/err"; then
         printf 'ok (%ss)\n' "$((SECONDS - start))" >&2
       else

@@ -4,9 +4,10 @@
 #
 #   bench/compare_mpi.sh [build-dir]        (default: build/release)
 #
-# For each rank count, runs bench/shm_all_reduce and bench/mpi_all_reduce ROUNDS times each,
+# For each rank count, runs tutti-bench all_reduce (shm) and tutti-bench-mpi ROUNDS times each,
 # interleaved A B B A ... so slow drift on a noisy machine hits both sides alike, keeps each
 # side's best (lowest) time per size, and prints a markdown table per rank count.
+# Both measure out of place, time = the slowest rank's mean per call (-a 3).
 # MPI runs as: mpirun -np NP --oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader
 # (pml ob1 because Debian's Open MPI also has UCX, whose pml would bypass the BTLs).
 #
@@ -14,7 +15,7 @@
 #   MINBYTES (4)  MAXBYTES (256M)  sizes, nccl-tests syntax (K/M/G)
 #   NPS ("2 4")                    rank counts
 #   ROUNDS (2)                     runs per program and rank count
-#   ALGO (automatic)               tutti algorithm (shm_all_reduce --algo)
+#   ALGO (automatic)               tutti algorithm (tutti-bench --algo)
 #   BENCH_ARGS ("")                extra flags for both programs, e.g. "-n 100 -w 10"
 #   RUN_TIMEOUT (1800)             seconds allowed per run
 #   OUTDIR (unset)                 keep the raw CSV of every run there
@@ -36,14 +37,14 @@ esac
 (($# <= 1)) || die "too many arguments (usage: compare_mpi.sh [build-dir])"
 build="${1:-$repo/build/release}"
 [[ -d "$build" ]] || die "build directory '$build' not found; configure and build first:
-  cmake --preset release && cmake --build build/release --target shm_all_reduce mpi_all_reduce"
+  cmake --preset release && cmake --build build/release --target tutti-bench tutti-bench-mpi"
 
-shm_bin="$build/bench/shm_all_reduce"
-mpi_bin="$build/bench/mpi_all_reduce"
+shm_bin="$build/bench/tutti-bench"
+mpi_bin="$build/bench/tutti-bench-mpi"
 for bin in "$shm_bin" "$mpi_bin"; do
   [[ -x "$bin" ]] || die "'$bin' not found or not executable; build it with
   cmake --build '$build' --target $(basename "$bin")
-(mpi_all_reduce is configured only when CMake finds MPI: apt-get install openmpi-bin libopenmpi-dev)"
+(tutti-bench-mpi is configured only when CMake finds MPI: apt-get install openmpi-bin libopenmpi-dev)"
 done
 command -v mpirun >/dev/null || die "mpirun not found (apt-get install openmpi-bin)"
 mpirun --version 2>&1 | grep -q 'Open MPI' ||
@@ -76,8 +77,8 @@ if [[ -n "${OUTDIR:-}" ]]; then
 fi
 
 # Validate the arguments once, cheaply, before the long runs.
-"$shm_bin" --np 1 -b "$minbytes" -e "$minbytes" -n 1 -w 0 -c 0 --algo "$algo" "${extra[@]}" \
-  --csv >/dev/null || die "a 1-rank trial run of shm_all_reduce with these arguments failed"
+"$shm_bin" all_reduce --np 1 -b "$minbytes" -e "$minbytes" -n 1 -w 0 -c 0 --algo "$algo" \
+  "${extra[@]}" --csv >/dev/null || die "a 1-rank trial run of tutti-bench with these arguments failed"
 
 model="$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
 echo "# tutti shm vs Open MPI (vader) all_reduce, float sum unless BENCH_ARGS says otherwise"
@@ -87,7 +88,7 @@ echo "- machine: ${model:-unknown CPU}, $(nproc) cores, $(uname -srm);" \
   "load average before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
 echo "- MPI: $(ompi_info --version 2>/dev/null | head -n1 || echo 'ompi_info not found')," \
   "mpirun -np NP ${mpirun_args[*]}"
-echo "- tutti: $shm_bin --np NP --algo $algo"
+echo "- tutti: $shm_bin all_reduce --np NP --algo $algo --placement out-of-place -a 3"
 echo "- sizes $minbytes..$maxbytes, runs per side: ${rounds} (interleaved), best time per size;" \
   "extra args: '${BENCH_ARGS:-}'"
 echo
@@ -118,12 +119,12 @@ run_one() {
 }
 
 run_shm() {
-  run_one tutti "$1" "$2" "$shm_bin" --np "$1" --algo "$algo" -b "$minbytes" -e "$maxbytes" \
-    "${extra[@]}" --csv
+  run_one tutti "$1" "$2" "$shm_bin" all_reduce --np "$1" --algo "$algo" -b "$minbytes" \
+    -e "$maxbytes" --placement out-of-place -a 3 "${extra[@]}" --csv
 }
 run_mpi() {
-  run_one mpi "$1" "$2" mpirun -np "$1" "${mpirun_args[@]}" "$mpi_bin" -b "$minbytes" \
-    -e "$maxbytes" "${extra[@]}" --csv
+  run_one mpi "$1" "$2" mpirun -np "$1" "${mpirun_args[@]}" "$mpi_bin" all_reduce -b "$minbytes" \
+    -e "$maxbytes" --placement out-of-place -a 3 "${extra[@]}" --csv
 }
 
 for np in $nps; do

@@ -94,6 +94,8 @@ std::vector<std::string> forwarded(const tb::options& o, const std::string& json
     a.insert(a.end(), {"-f", std::to_string(o.step_factor)});
   }
   if (o.iters != 0) a.insert(a.end(), {"-n", std::to_string(o.iters)});
+  if (!o.in_place) a.insert(a.end(), {"--placement", "out-of-place"});
+  if (!o.out_of_place) a.insert(a.end(), {"--placement", "in-place"});
   std::string types;
   for (auto t : o.types) (types.empty() ? types : types += ",") += tb::name_of(t);
   a.insert(a.end(), {"-d", types});

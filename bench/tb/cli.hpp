@@ -152,6 +152,9 @@ struct options {
   std::string transport;  // programs with a choice (first of the program's list by default)
   std::string algo;
   int np = 0;  // --np N: spawn N local ranks (0: the launcher's world, else 2)
+  bool out_of_place = true;  // --placement: which blocks to measure
+  bool in_place = true;
+  bool csv = false;  // --csv: impl,ranks,bytes,time_us,algbw,busbw,wrong instead of the table
   std::string json;
   std::string plot;
   std::vector<std::string> compare;
@@ -193,7 +196,10 @@ struct parse_result {
        "                          bfloat16, or all                               [float]\n"
        "  -r, --root N            root of rooted collectives, or all             [0]\n"
        "  -a, --average N         time over ranks: 0 rank 0, 1 mean, 2 min, 3 max [1]\n"
-       "  -J, --json FILE         write every measurement to FILE as JSON\n";
+       "  -J, --json FILE         write every measurement to FILE as JSON\n"
+       "      --placement P       out-of-place, in-place or both                 [both]\n"
+       "      --csv               print impl,ranks,bytes,time_us,algbw,busbw,wrong rows (the\n"
+       "                          out-of-place block, or in-place where that is the only one)\n";
   if (p.spawns_ranks)
     u += "      --np N              spawn N local ranks          [launcher's world, else 2]\n";
   auto list = [&u](std::string_view flag, std::span<const std::string_view> names) {
@@ -405,6 +411,15 @@ namespace detail {
         const std::size_t a = detail::parse_count(arg, next());
         if (a > 3) throw std::invalid_argument(arg + ": 0, 1, 2 or 3");
         o.average = static_cast<average_mode>(a);
+      } else if (arg == "--placement") {
+        const std::string& v = next();
+        if (v != "out-of-place" && v != "in-place" && v != "both")
+          throw std::invalid_argument("--placement: out-of-place, in-place or both");
+        o.out_of_place = v != "in-place";
+        o.in_place = v != "out-of-place";
+      } else if (arg == "--csv") {
+        if (has_value) throw std::invalid_argument("--csv takes no value");
+        o.csv = true;
       } else if (arg == "-J" || arg == "--json" || arg == "--output_file") {
         o.json = next();
       } else if (p.spawns_ranks && arg == "--np") {

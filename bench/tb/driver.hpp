@@ -298,8 +298,11 @@ template <backend B>
   std::vector<combo> combos;
   for (const auto t : o.types)
     for (const auto op : o.ops) {
-      const std::string why_o = b.unsupported(o.coll, placement::out_of_place, t, op);
-      const std::string why_i = b.unsupported(o.coll, placement::in_place, t, op);
+      const std::string why_o = o.out_of_place
+                                    ? b.unsupported(o.coll, placement::out_of_place, t, op)
+                                    : std::string("--placement in-place");
+      const std::string why_i = o.in_place ? b.unsupported(o.coll, placement::in_place, t, op)
+                                           : std::string("--placement out-of-place");
       if (!why_o.empty() && !why_i.empty()) {
         if (out0)
           std::fprintf(stderr, "%.*s: skipping %s %s: %s\n", static_cast<int>(program_name.size()),
@@ -327,7 +330,10 @@ template <backend B>
     return give_up();
   }
 
-  if (out0) {
+  if (out0 && o.csv) {
+    std::printf("impl,ranks,bytes,time_us,algbw,busbw,wrong\n");
+    std::fflush(stdout);
+  } else if (out0) {
     std::printf("# %.*s %s: %s, %d ranks, %s\n", static_cast<int>(program_name.size()),
                 program_name.data(), std::string(name_of(o.coll)).c_str(), info.label.c_str(), n,
                 info.library.c_str());
@@ -356,6 +362,8 @@ template <backend B>
                  stat::max) < 0.3);
   }
 
+  std::string csv_impl = info.label;  // "tutti:shm:automatic", "mpi", "gloo:ring"
+  std::replace(csv_impl.begin(), csv_impl.end(), ' ', ':');
   std::vector<row> rows;
   std::uint64_t total_wrong = 0;
   double busbw_sum = 0;
@@ -387,7 +395,12 @@ template <backend B>
             busbw_sum += m->busbw;
             ++busbw_count;
           }
-          if (out0) {
+          if (out0 && o.csv) {
+            const measurement& m = r.oop.ran ? r.oop : r.ip;
+            std::printf("%s,%d,%zu,%.6g,%.6g,%.6g,%llu\n", csv_impl.c_str(), n, r.size,
+                        m.time_us, m.algbw, m.busbw, static_cast<unsigned long long>(m.wrong));
+            std::fflush(stdout);
+          } else if (out0) {
             print_row(stdout, r);
             std::fflush(stdout);
           }
@@ -401,13 +414,15 @@ template <backend B>
   }
   prog.finish();
 
-  if (out0) {
+  if (out0 && !o.csv) {
     std::printf("# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(total_wrong),
                 total_wrong == 0 ? "OK" : "FAILED");
     std::printf("# Avg bus bandwidth    : %g \n#\n",
                 busbw_count == 0 ? 0.0 : busbw_sum / static_cast<double>(busbw_count));
     std::printf("# Collective test concluded: %s\n", std::string(name_of(o.coll)).c_str());
     std::fflush(stdout);
+  }
+  if (out0) {
     if (!o.json.empty()) write_json(o.json, info, o, n, rows);
     if (total_wrong != 0)
       std::fprintf(stderr, "%.*s: %llu wrong elements\n", static_cast<int>(program_name.size()),
