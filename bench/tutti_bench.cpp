@@ -177,8 +177,9 @@ int plot(const tb::options& o, const std::string& json, const std::string& png, 
                  script.c_str());
     return 1;
   }
-  std::vector<std::string> argv{script.string(), "-o",          png,   "--collective",
-                                std::string(tb::name_of(o.coll)), "--placement", "auto", json};
+  std::vector<std::string> argv{
+      script.string(), "-o",   png, "--collective", std::string(tb::name_of(o.coll)),
+      "--placement",   "auto", json};
   const int rc = run_command(argv);
   if (rc != 0 && !quiet) std::fprintf(stderr, "tutti-bench: plotting %s failed\n", png.c_str());
   return rc == 0 ? 0 : 1;
@@ -186,8 +187,8 @@ int plot(const tb::options& o, const std::string& json, const std::string& png, 
 
 /// tutti, then each peer over the same sweep; a side-by-side table, one JSON, one plot.
 int compare(tb::options o) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("tutti-bench-" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("tutti-bench-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   struct cleanup {
     std::filesystem::path p;
@@ -219,9 +220,10 @@ int compare(tb::options o) {
         continue;
       }
       const std::string json = (dir / "mpi.json").string();
-      std::vector<std::string> argv{"mpirun",     "-np",  std::to_string(np), "--oversubscribe",
-                                    "--bind-to",  "none", "--mca",            "pml",
-                                    "ob1",        "--mca", "btl",             "self,vader"};
+      std::vector<std::string> argv{"mpirun",          "-np",       std::to_string(np),
+                                    "--oversubscribe", "--bind-to", "none",
+                                    "--mca",           "pml",       "ob1",
+                                    "--mca",           "btl",       "self,vader"};
       if (::geteuid() == 0) argv.insert(argv.begin() + 1, "--allow-run-as-root");
       argv.push_back(exe.string());
       for (auto& a : forwarded(o, json)) argv.push_back(std::move(a));

@@ -4,18 +4,18 @@
 // for the library: the check is tested against it, for every collective, op, type and several
 // world sizes, out of place and in place.
 
-#include <doctest/doctest.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "../bench/tb/cli.hpp"
-#include "../bench/tb/data.hpp"
+#include <doctest/doctest.h>
 
 #include <tutti/core/bfloat16.hpp>
 #include <tutti/core/half.hpp>
+
+#include "../bench/tb/cli.hpp"
+#include "../bench/tb/data.hpp"
 
 namespace tb = tutti_bench;
 
@@ -220,6 +220,7 @@ TEST_CASE("bench shapes follow nccl-tests' counts and bus factors") {
 namespace {
 tb::parse_result parse(std::vector<std::string> args) {
   std::vector<char*> argv;
+  argv.reserve(args.size());
   for (auto& a : args) argv.push_back(a.data());
   static constexpr std::array<std::string_view, 2> transports{"shm", "inproc"};
   static constexpr std::array<std::string_view, 2> algos{"automatic", "ring"};
@@ -233,8 +234,8 @@ tb::parse_result parse(std::vector<std::string> args) {
 }  // namespace
 
 TEST_CASE("bench command line: nccl-tests' flags") {
-  auto r = parse({"tutti-bench", "all_reduce", "-b", "8", "-e", "64M", "-f", "4", "--np", "4",
-                  "-c", "1", "-d", "half,float", "-o", "all"});
+  auto r = parse({"tutti-bench", "all_reduce", "-b", "8", "-e", "64M", "-f", "4", "--np", "4", "-c",
+                  "1", "-d", "half,float", "-o", "all"});
   REQUIRE(r.what == tb::parse_result::status::run);
   CHECK(r.opts.coll == tb::collective::all_reduce);
   CHECK(r.opts.min_bytes == 8);
@@ -256,19 +257,19 @@ TEST_CASE("bench command line: nccl-tests' flags") {
   r = parse({"tutti-bench", "broadcast", "-r", "all"});
   CHECK(r.opts.all_roots);
 
-  for (const auto& bad : std::vector<std::vector<std::string>>{
-           {"tutti-bench"},
-           {"tutti-bench", "all_reduce", "-b", "1M", "-e", "1K"},
-           {"tutti-bench", "all_reduce", "-f", "1"},
-           {"tutti-bench", "all_reduce", "-f", "2", "-i", "8"},
-           {"tutti-bench", "all_reduce", "-d", "float8"},
-           {"tutti-bench", "all_reduce", "-o", "xor"},
-           {"tutti-bench", "all_reduce", "--transport", "nccl"},
-           {"tutti-bench", "all_reduce", "--algo", "magic"},
-           {"tutti-bench", "all_reduce", "--compare", "nccl"},
-           {"tutti-bench", "all_reduce", "-b", "12Q"},
-           {"tutti-bench", "all_reduce", "broadcast"},
-           {"tutti-bench", "sendrecv"}}) {
+  for (const auto& bad :
+       std::vector<std::vector<std::string>>{{"tutti-bench"},
+                                             {"tutti-bench", "all_reduce", "-b", "1M", "-e", "1K"},
+                                             {"tutti-bench", "all_reduce", "-f", "1"},
+                                             {"tutti-bench", "all_reduce", "-f", "2", "-i", "8"},
+                                             {"tutti-bench", "all_reduce", "-d", "float8"},
+                                             {"tutti-bench", "all_reduce", "-o", "xor"},
+                                             {"tutti-bench", "all_reduce", "--transport", "nccl"},
+                                             {"tutti-bench", "all_reduce", "--algo", "magic"},
+                                             {"tutti-bench", "all_reduce", "--compare", "nccl"},
+                                             {"tutti-bench", "all_reduce", "-b", "12Q"},
+                                             {"tutti-bench", "all_reduce", "broadcast"},
+                                             {"tutti-bench", "sendrecv"}}) {
     INFO(bad.back());
     CHECK(parse(bad).what == tb::parse_result::status::error);
   }

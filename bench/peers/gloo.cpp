@@ -8,6 +8,20 @@
 // scatter, alltoall; Gloo has no reduce_scatter in its collectives API). Each run makes its own
 // connections: the classic classes set SO_SNDBUF on the sockets they use.
 
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/allreduce_halving_doubling.h>
@@ -18,20 +32,6 @@
 #include <gloo/math.h>
 #include <gloo/reduce.h>
 #include <gloo/scatter.h>
-
-#include <array>
-#include <cstring>
-#include <tuple>
-#include <cstddef>
-#include <cstdint>
-#include <map>
-#include <memory>
-#include <span>
-#include <string>
-#include <string_view>
-#include <type_traits>
-#include <utility>
-#include <vector>
 
 #include <tutti/transport/gloo.hpp>
 #include <tutti/tutti.hpp>
@@ -106,10 +106,9 @@ class gloo_backend {
   }
 
   [[nodiscard]] tb::run_info info() const {
-    const std::string version = "Gloo (Debian libgloo-dev), connections by tutti " +
-                                std::to_string(tutti::version_major) + "." +
-                                std::to_string(tutti::version_minor) + "." +
-                                std::to_string(tutti::version_patch);
+    const std::string version =
+        "Gloo (Debian libgloo-dev), connections by tutti " + std::to_string(tutti::version_major) +
+        "." + std::to_string(tutti::version_minor) + "." + std::to_string(tutti::version_patch);
     return {"gloo", "gloo " + algo_, "gloo", algo_, version};
   }
 

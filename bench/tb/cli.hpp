@@ -31,9 +31,8 @@ enum class collective {
   all_to_all
 };
 inline constexpr std::array<collective, 8> all_collectives{
-    collective::all_reduce,     collective::broadcast, collective::reduce,
-    collective::all_gather,     collective::reduce_scatter, collective::gather,
-    collective::scatter,        collective::all_to_all};
+    collective::all_reduce,     collective::broadcast, collective::reduce,  collective::all_gather,
+    collective::reduce_scatter, collective::gather,    collective::scatter, collective::all_to_all};
 
 [[nodiscard]] constexpr std::string_view name_of(collective c) noexcept {
   switch (c) {
@@ -66,11 +65,21 @@ inline constexpr std::array<collective, 8> all_collectives{
 }
 
 /// nccl-tests' element types, in ncclDataType_t order.
-enum class datatype { int8, uint8, int32, uint32, int64, uint64, float16, float32, float64, bfloat16 };
+enum class datatype {
+  int8,
+  uint8,
+  int32,
+  uint32,
+  int64,
+  uint64,
+  float16,
+  float32,
+  float64,
+  bfloat16
+};
 inline constexpr std::array<datatype, 10> all_datatypes{
-    datatype::int8,    datatype::uint8,   datatype::int32,   datatype::uint32,
-    datatype::int64,   datatype::uint64,  datatype::float16, datatype::float32,
-    datatype::float64, datatype::bfloat16};
+    datatype::int8,   datatype::uint8,   datatype::int32,   datatype::uint32,  datatype::int64,
+    datatype::uint64, datatype::float16, datatype::float32, datatype::float64, datatype::bfloat16};
 
 /// The names nccl-tests prints.
 [[nodiscard]] constexpr std::string_view name_of(datatype t) noexcept {
@@ -151,7 +160,7 @@ struct options {
   average_mode average = average_mode::mean;
   std::string transport;  // programs with a choice (first of the program's list by default)
   std::string algo;
-  int np = 0;  // --np N: spawn N local ranks (0: the launcher's world, else 2)
+  int np = 0;                // --np N: spawn N local ranks (0: the launcher's world, else 2)
   bool out_of_place = true;  // --placement: which blocks to measure
   bool in_place = true;
   bool csv = false;  // --csv: impl,ranks,bytes,time_us,algbw,busbw,wrong instead of the table
@@ -164,10 +173,10 @@ struct options {
 /// What a program accepts beyond the common flags.
 struct program {
   std::string_view name;
-  bool spawns_ranks = false;                        // --np N
+  bool spawns_ranks = false;                       // --np N
   std::span<const std::string_view> transports{};  // --transport NAME (first = default)
   std::span<const std::string_view> algos{};       // --algo NAME (first = default)
-  bool compares = false;                         // --compare, --plot
+  bool compares = false;                           // --compare, --plot
 };
 
 struct parse_result {

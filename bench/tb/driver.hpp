@@ -312,7 +312,8 @@ template <backend B>
       }
       if (o.check) {
         try {
-          (void)detail::with_type(t, [&]<class T>() { return value_plan::make<T>(op, n, name_of(t)); });
+          (void)detail::with_type(
+              t, [&]<class T>() { return value_plan::make<T>(op, n, name_of(t)); });
         } catch (const std::invalid_argument& e) {
           if (out0)
             std::fprintf(stderr, "%.*s: %s\n", static_cast<int>(program_name.size()),
@@ -325,8 +326,8 @@ template <backend B>
   if (combos.empty()) {
     if (out0)
       std::fprintf(stderr, "%.*s: nothing to run: %s cannot run %s with these types and ops\n",
-                   static_cast<int>(program_name.size()), program_name.data(),
-                   info.label.c_str(), std::string(name_of(o.coll)).c_str());
+                   static_cast<int>(program_name.size()), program_name.data(), info.label.c_str(),
+                   std::string(name_of(o.coll)).c_str());
     return give_up();
   }
 
@@ -340,10 +341,11 @@ template <backend B>
     std::string iters = o.iters != 0 ? std::to_string(o.iters) : "adaptive (~0.2 s, 5..100000)";
     std::string step = o.step_bytes != 0 ? std::to_string(o.step_bytes) + "(bytes)"
                                          : std::to_string(o.step_factor) + "(factor)";
-    std::printf("#  minBytes %zu maxBytes %zu step: %s warmup iters: %zu iters: %s validation: %d "
-                "average: %d\n",
-                o.min_bytes, o.max_bytes, step.c_str(), o.warmup, iters.c_str(), o.check ? 1 : 0,
-                static_cast<int>(o.average));
+    std::printf(
+        "#  minBytes %zu maxBytes %zu step: %s warmup iters: %zu iters: %s validation: %d "
+        "average: %d\n",
+        o.min_bytes, o.max_bytes, step.c_str(), o.warmup, iters.c_str(), o.check ? 1 : 0,
+        static_cast<int>(o.average));
     std::printf("#  %s, %s, %u cores, %s\n#\n", detail::host_name().c_str(),
                 detail::cpu_model().c_str(), std::thread::hardware_concurrency(),
                 detail::local_date().c_str());
@@ -357,9 +359,9 @@ template <backend B>
     const auto t0 = std::chrono::steady_clock::now();
     do {
       for (int i = 0; i < 20; ++i) b.barrier();
-    } while (b.reduce_stat(
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                 stat::max) < 0.3);
+    } while (
+        b.reduce_stat(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                      stat::max) < 0.3);
   }
 
   std::string csv_impl = info.label;  // "tutti:shm:automatic", "mpi", "gloo:ring"
@@ -382,13 +384,13 @@ template <backend B>
         for (const std::size_t size : sizes) {
           const shape s = shape_of(o.coll, size, sizeof(T), n);
           row r{s.bytes, s.count, std::string(name_of(c.type)), std::string(name_of(c.op)), root,
-                {}, {}};
+                {},      {}};
           if (c.oop)
             r.oop = detail::measure<T>(b, o, s, data, c.op, root < 0 ? 0 : root,
                                        placement::out_of_place, in, out);
           if (c.ip)
-            r.ip = detail::measure<T>(b, o, s, data, c.op, root < 0 ? 0 : root,
-                                      placement::in_place, in, out);
+            r.ip = detail::measure<T>(b, o, s, data, c.op, root < 0 ? 0 : root, placement::in_place,
+                                      in, out);
           for (const measurement* m : {&r.oop, &r.ip}) {
             if (!m->ran) continue;
             total_wrong += m->wrong;
@@ -397,8 +399,8 @@ template <backend B>
           }
           if (out0 && o.csv) {
             const measurement& m = r.oop.ran ? r.oop : r.ip;
-            std::printf("%s,%d,%zu,%.6g,%.6g,%.6g,%llu\n", csv_impl.c_str(), n, r.size,
-                        m.time_us, m.algbw, m.busbw, static_cast<unsigned long long>(m.wrong));
+            std::printf("%s,%d,%zu,%.6g,%.6g,%.6g,%llu\n", csv_impl.c_str(), n, r.size, m.time_us,
+                        m.algbw, m.busbw, static_cast<unsigned long long>(m.wrong));
             std::fflush(stdout);
           } else if (out0) {
             print_row(stdout, r);

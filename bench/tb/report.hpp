@@ -201,8 +201,8 @@ inline void write_json(const std::string& path, const run_info& info, const opti
   j << "\"results\": [\n";
   bool first = true;
   for (const auto& r : rows) {
-    for (const auto& [m, where] : {std::pair{&r.oop, placement::out_of_place},
-                                   std::pair{&r.ip, placement::in_place}}) {
+    for (const auto& [m, where] :
+         {std::pair{&r.oop, placement::out_of_place}, std::pair{&r.ip, placement::in_place}}) {
       if (!m->ran) continue;
       if (!first) j << ",\n";
       first = false;
@@ -212,8 +212,7 @@ inline void write_json(const std::string& path, const run_info& info, const opti
         << ", \"iters\": " << m->iters << ", \"time_us\": " << json_number(m->time_us)
         << ", \"p50_us\": " << json_number(m->p50_us) << ", \"p99_us\": " << json_number(m->p99_us)
         << ", \"algbw\": " << json_number(m->algbw) << ", \"busbw\": " << json_number(m->busbw)
-        << ", \"wrong\": " << (m->checked ? std::to_string(m->wrong) : std::string("null"))
-        << "}";
+        << ", \"wrong\": " << (m->checked ? std::to_string(m->wrong) : std::string("null")) << "}";
     }
   }
   j << "\n]\n}\n]}\n";

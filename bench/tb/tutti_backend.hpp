@@ -18,8 +18,8 @@ namespace tutti_bench {
 
 /// The algorithm names --algo accepts, `automatic` first (the default).
 inline constexpr std::array<std::string_view, 8> tutti_algorithms{
-    "automatic", "ring", "tree", "recursive_halving", "recursive_doubling", "direct", "bruck",
-    "native"};
+    "automatic",          "ring",   "tree",  "recursive_halving",
+    "recursive_doubling", "direct", "bruck", "native"};
 
 // Defined in bench/tutti_bench_<transport>.cpp.
 [[nodiscard]] int run_inproc(const options& o);
@@ -77,8 +77,8 @@ class tutti_backend {
       std::vector<double> all(static_cast<std::size_t>(size()));
       comm_.all_gather(std::span<const double>(&x, 1), std::span<double>(all));
       double r = s == stat::sum ? 0.0 : all.front();
-      for (const double v : all) r = s == stat::sum ? r + v : s == stat::min ? std::min(r, v)
-                                                                              : std::max(r, v);
+      for (const double v : all)
+        r = s == stat::sum ? r + v : s == stat::min ? std::min(r, v) : std::max(r, v);
       return r;
     }
   }
@@ -151,7 +151,8 @@ class tutti_backend {
           });
         return;
       case collective::broadcast:
-        if constexpr (tutti::detail::has_broadcast<algorithm, transport>) comm_.broadcast(buf, a.root);
+        if constexpr (tutti::detail::has_broadcast<algorithm, transport>)
+          comm_.broadcast(buf, a.root);
         return;
       case collective::all_gather:
         if constexpr (tutti::detail::has_all_gather<algorithm, transport>) {
@@ -162,7 +163,8 @@ class tutti_backend {
         }
         return;
       case collective::gather:
-        if constexpr (tutti::detail::has_gather<algorithm, transport>) comm_.gather(in, out, a.root);
+        if constexpr (tutti::detail::has_gather<algorithm, transport>)
+          comm_.gather(in, out, a.root);
         return;
       case collective::scatter:
         if constexpr (tutti::detail::has_scatter<algorithm, transport>)
