@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -69,6 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   server.next = (server.next + 1) % fake_server::count;
   const int listener = server.listeners[slot].get();
   const std::string host = "127.0.0." + std::to_string(1 + slot);
+  std::string failure;  // why the client gave up, for the report of a client that never came
   std::thread client([&] {
     try {
       tutti::bootstrap::tcp_store store(host, server.ports[slot], false, 2s,
@@ -88,11 +90,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           store.wait(keys, 0ms);
           break;
       }
-    } catch (const tutti::error&) {  // the expected outcome of most replies
+    } catch (const tutti::error& e) {  // the expected outcome of most replies
+      failure = e.what();
     }
   });
   pollfd p{listener, POLLIN, 0};
-  if (::poll(&p, 1, 5000) != 1) std::abort();  // the client never connected
+  if (::poll(&p, 1, 5000) != 1) {  // the client never connected
+    client.join();
+    std::fprintf(stderr, "fuzz_store_client: no connection to %s:%d; the client said: %s\n",
+                 host.c_str(), server.ports[slot], failure.c_str());
+    std::abort();
+  }
   const td::unique_fd peer(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
   if (!peer) std::abort();
   // The reply is small enough for the socket buffers: written before the client reads it.
