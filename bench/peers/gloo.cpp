@@ -212,7 +212,7 @@ class gloo_backend {
   template <class T>
   ::gloo::Algorithm& classic(const tb::call_args<T>& a) {
     const auto key = std::tuple{static_cast<void*>(a.out), a.count, static_cast<int>(a.op),
-                                static_cast<int>(tb::detail::element_of<T>::value)};
+                                static_cast<int>(tb::detail::element_of<T>)};
     auto it = classic_.find(key);
     if (it == classic_.end()) {
       const auto& ctx = comm_.transport().context();

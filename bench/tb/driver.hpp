@@ -28,6 +28,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <tutti/core/bfloat16.hpp>
@@ -102,48 +103,20 @@ template <class B>
   return b.reduce_stat(x, stat::sum) / static_cast<double>(b.size());
 }
 
+/// The datatype tag of an element type (with_type's inverse).
 template <class T>
-struct element_of;
-template <>
-struct element_of<std::int8_t> {
-  static constexpr datatype value = datatype::int8;
-};
-template <>
-struct element_of<std::uint8_t> {
-  static constexpr datatype value = datatype::uint8;
-};
-template <>
-struct element_of<std::int32_t> {
-  static constexpr datatype value = datatype::int32;
-};
-template <>
-struct element_of<std::uint32_t> {
-  static constexpr datatype value = datatype::uint32;
-};
-template <>
-struct element_of<std::int64_t> {
-  static constexpr datatype value = datatype::int64;
-};
-template <>
-struct element_of<std::uint64_t> {
-  static constexpr datatype value = datatype::uint64;
-};
-template <>
-struct element_of<tutti::half> {
-  static constexpr datatype value = datatype::float16;
-};
-template <>
-struct element_of<float> {
-  static constexpr datatype value = datatype::float32;
-};
-template <>
-struct element_of<double> {
-  static constexpr datatype value = datatype::float64;
-};
-template <>
-struct element_of<tutti::bfloat16> {
-  static constexpr datatype value = datatype::bfloat16;
-};
+inline constexpr datatype element_of = [] {
+  if constexpr (std::is_same_v<T, std::int8_t>) return datatype::int8;
+  if constexpr (std::is_same_v<T, std::uint8_t>) return datatype::uint8;
+  if constexpr (std::is_same_v<T, std::int32_t>) return datatype::int32;
+  if constexpr (std::is_same_v<T, std::uint32_t>) return datatype::uint32;
+  if constexpr (std::is_same_v<T, std::int64_t>) return datatype::int64;
+  if constexpr (std::is_same_v<T, std::uint64_t>) return datatype::uint64;
+  if constexpr (std::is_same_v<T, tutti::half>) return datatype::float16;
+  if constexpr (std::is_same_v<T, double>) return datatype::float64;
+  if constexpr (std::is_same_v<T, tutti::bfloat16>) return datatype::bfloat16;
+  return datatype::float32;
+}();
 
 /// Runs `f.template operator()<T>()` with the T of `t`.
 template <class F>
