@@ -143,7 +143,8 @@ namespace detail {
 
 /// The column header, nccl-tests' layout with p50 and p99 added to each block.
 inline void print_header(std::FILE* f) {
-  std::fprintf(f, "#%53s%-52s  %s\n", "", "    out-of-place", "    in-place");
+  // Each label centred over its block (the row prefix is 50 columns, a block 52).
+  std::fprintf(f, "#%69s%s%50s\n", "", "out-of-place", "in-place");
   std::fprintf(f,
                "# %10s  %12s  %8s  %6s  %4s  %8s %8s %8s  %6s  %6s  %6s  %8s %8s %8s  %6s  "
                "%6s  %6s\n",
