@@ -289,14 +289,12 @@ int main(int argc, char** argv) {
                                     return tb::value_plan::make<T>(op, o.np, tb::name_of(t));
                                   });
                             if (!o.compare.empty()) return compare(o);
-                            const int rc = run_tutti(o);
-                            if (rc == 0 && !o.plot.empty()) {
-                              if (o.json.empty()) {
-                                std::fprintf(stderr, "tutti-bench: --plot needs --json FILE\n");
-                                return 2;
-                              }
-                              return plot(o, o.json, o.plot, false);
+                            if (!o.plot.empty() && o.json.empty()) {
+                              std::fprintf(stderr, "tutti-bench: --plot needs --json FILE\n");
+                              return 2;
                             }
+                            const int rc = run_tutti(o);
+                            if (rc == 0 && !o.plot.empty()) return plot(o, o.json, o.plot, false);
                             return rc;
                           });
 }
