@@ -288,7 +288,15 @@ int main(int argc, char** argv) {
                                   (void)tb::detail::with_type(t, [&]<class T>() {
                                     return tb::value_plan::make<T>(op, o.np, tb::name_of(t));
                                   });
-                            if (!o.compare.empty()) return compare(o);
+                            if (!o.compare.empty()) {
+                              if (tutti::bootstrap::detect_world()) {
+                                std::fprintf(stderr,
+                                             "tutti-bench: --compare starts every run itself "
+                                             "(--np N); run it outside a launcher\n");
+                                return 2;
+                              }
+                              return compare(o);
+                            }
                             if (!o.plot.empty() && o.json.empty()) {
                               std::fprintf(stderr, "tutti-bench: --plot needs --json FILE\n");
                               return 2;
