@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -33,9 +34,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// One listener on 127.0.0.1 + i for each i < count, used in turn. Every connection leaves
-/// its address pair in TIME_WAIT for a minute: at ~1000 inputs a second, a single destination
-/// would run out of ephemeral ports (~28000) within half a minute, and connect() would fail.
+/// One listener on 127.0.0.1 + i for each i < count, used in turn: each connection leaves its
+/// address pair in TIME_WAIT for a minute, and where net.ipv4.tcp_tw_reuse is 0 one destination
+/// would run out of ephemeral ports (~28000) in well under a minute of fuzzing.
 struct fake_server {
   static constexpr int count = 16;
   std::array<td::unique_fd, count> listeners;
@@ -94,14 +95,22 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       failure = e.what();
     }
   });
+  // libFuzzer's -timeout watchdog is a SIGALRM each second: poll() may return EINTR.
   pollfd p{listener, POLLIN, 0};
-  if (::poll(&p, 1, 5000) != 1) {  // the client never connected
+  int ready = 0;
+  const auto deadline = td::store_deadline(5s);
+  while ((ready = ::poll(&p, 1, td::store_poll_ms(deadline))) < 0 && errno == EINTR) {
+  }
+  if (ready != 1) {  // the client never connected
     client.join();
     std::fprintf(stderr, "fuzz_store_client: no connection to %s:%d; the client said: %s\n",
                  host.c_str(), server.ports[slot], failure.c_str());
     std::abort();
   }
-  const td::unique_fd peer(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
+  td::unique_fd peer;
+  do {
+    peer.reset(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
+  } while (!peer && errno == EINTR);
   if (!peer) std::abort();
   // The reply is small enough for the socket buffers: written before the client reads it.
   (void)td::store_send_all(peer.get(), reply, td::store_deadline(5s));  // the client may leave
