@@ -34,6 +34,8 @@
 #include <tutti/bootstrap/url.hpp>
 #include <tutti/detail/unique_fd.hpp>
 
+#include "caught.hpp"
+
 using namespace std::chrono_literals;
 namespace bs = tutti::bootstrap;
 using clk = std::chrono::steady_clock;
@@ -45,27 +47,9 @@ namespace {
 /// Timeout for operations that are expected to succeed.
 constexpr std::chrono::milliseconds generous = 10s;
 
-/// What a call raised: whether it raised a tutti::error, its kind and message.
-struct caught {
-  bool raised = false;
-  errc kind{};
-  std::string what;
-};
-
-template <class F>
-caught catch_error(F&& f) {
-  caught c;
-  try {
-    f();
-  } catch (const tutti::error& e) {
-    c = {true, e.kind(), e.what()};
-  }
-  return c;
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+using tutti_test::catch_error;
+using tutti_test::caught;
+using tutti_test::contains;
 
 long long ms_since(clk::time_point t0) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(clk::now() - t0).count();

@@ -37,6 +37,7 @@
 #include <tutti/detail/store_wire.hpp>
 #include <tutti/transport/shm.hpp>
 
+#include "caught.hpp"
 #include "scoped_env.hpp"
 
 using namespace std::chrono_literals;
@@ -51,28 +52,9 @@ constexpr std::chrono::milliseconds generous = 10s;
 /// A rejection must come well before any timeout the test gives.
 constexpr auto prompt = 3s;
 
-struct caught {
-  bool raised = false;
-  errc kind{};
-  std::string what;
-};
-
-template <class F>
-caught catch_error(F&& f) {
-  caught c;
-  try {
-    f();
-  } catch (const tutti::error& e) {
-    c.raised = true;
-    c.kind = static_cast<errc>(e.code().value());
-    c.what = e.what();
-  }
-  return c;
-}
-
-bool contains(const std::string& s, std::string_view part) {
-  return s.find(part) != std::string::npos;
-}
+using tutti_test::catch_error;
+using tutti_test::caught;
+using tutti_test::contains;
 
 std::span<const std::byte> bytes(std::string_view s) {
   return std::as_bytes(std::span(s.data(), s.size()));
