@@ -35,6 +35,7 @@
 #include <tutti/detail/unique_fd.hpp>
 
 #include "caught.hpp"
+#include "scoped_env.hpp"
 
 using namespace std::chrono_literals;
 namespace bs = tutti::bootstrap;
@@ -599,6 +600,19 @@ TEST_CASE("tcp_store: listens only on the address it was given") {
   CHECK(c.kind == errc::transport_failure);
   CHECK(contains(c.what, "192.0.2.1 is 192.0.2.1, not an address of this machine"));
   CHECK(contains(c.what, "0.0.0.0 to listen on every interface"));
+
+  // TUTTI_STORE_BIND: the listening address only (clients still dial the given host).
+  scoped_env env;
+  env.set("TUTTI_STORE_BIND", "0.0.0.0");
+  CHECK(bound_to(name) == "0.0.0.0");
+  CHECK(bound_to("localhost") == "0.0.0.0");
+  bs::tcp_store everywhere("localhost", 0, true, generous);
+  bs::tcp_store dialer("127.0.0.1", everywhere.port(), false, generous);
+  dialer.set_string("bind", "any");
+  CHECK(everywhere.get_string("bind", generous) == "any");
+  env.set("TUTTI_STORE_BIND", "192.0.2.1");
+  const caught bad = catch_error([&] { (void)tutti::detail::bind_store_listener("localhost", 0); });
+  CHECK(contains(bad.what, "(TUTTI_STORE_BIND)"));
 }
 
 TEST_CASE("file_store: set, get, add and wait; file mode and limits") {

@@ -326,8 +326,14 @@ inline constexpr int store_eof = -1;
 /// that resolves to a loopback address here (Debian maps the machine's own name to 127.0.1.1)
 /// therefore serves this machine only; other hosts need rank 0's routable address, or
 /// "0.0.0.0". An address that is not this machine's raises errc::transport_failure saying so.
-[[nodiscard]] inline unique_fd bind_store_listener(const std::string& host, int port) {
-  const std::string where = "tcp_store: cannot serve on " + host + ":" + std::to_string(port);
+[[nodiscard]] inline unique_fd bind_store_listener(const std::string& given, int port) {
+  // TUTTI_STORE_BIND overrides the address the server listens on (not the one clients dial):
+  // for a MASTER_ADDR that resolves to loopback on rank 0's own host (a hostname Debian maps to
+  // 127.0.1.1) while other hosts reach it by its network address; 0.0.0.0: every interface.
+  const char* bind_env = std::getenv("TUTTI_STORE_BIND");
+  const std::string host = bind_env != nullptr && *bind_env != '\0' ? bind_env : given;
+  const std::string where = "tcp_store: cannot serve on " + host + ":" + std::to_string(port) +
+                            (host != given ? " (TUTTI_STORE_BIND)" : "");
   sockaddr_in addr{};
   if (store_wildcard_host(host)) {
     addr.sin_addr.s_addr = htonl(INADDR_ANY);
