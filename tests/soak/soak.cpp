@@ -146,8 +146,8 @@ template <class T>
   return to<T>(value<T>(d, r, i));
 }
 
-/// Filler for outputs before the call: never a value the reference produces by chance that
-/// often, and different per rank and element.
+/// Filler for outputs before the call (77..126, different per rank and element), so that an
+/// element the collective failed to write shows up as a wrong value.
 template <class T>
 [[nodiscard]] T poison(const op_desc& d, std::size_t i) noexcept {
   return to<T>(77 + static_cast<std::int64_t>((static_cast<std::size_t>(d.rank) * 7 + i) % 50));
@@ -601,7 +601,7 @@ int soak(const config& cfg, Comm&... comms) {
       std::size_t m = 0;
       for (int c = 0; c < n_colls; ++c)
         if ((caps[static_cast<std::size_t>(d.comm)] >> c) & 1U) choices[m++] = c;
-      // barrier is one draw in 4 x the others' weight less: it checks little.
+      // A barrier checks little: redraw it three times in four.
       do d.c = static_cast<coll>(choices[below(m)]);
       while (d.c == coll::barrier && below(4) != 0);
     }
