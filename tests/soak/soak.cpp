@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -196,12 +197,25 @@ template <class T>
   std::_Exit(1);
 }
 
+/// The bits of a value, as an unsigned integer of its size.
+template <class T>
+auto bits_of(const T& v) noexcept {
+  if constexpr (sizeof(T) == 1)
+    return std::bit_cast<std::uint8_t>(v);
+  else if constexpr (sizeof(T) == 2)
+    return std::bit_cast<std::uint16_t>(v);
+  else if constexpr (sizeof(T) == 4)
+    return std::bit_cast<std::uint32_t>(v);
+  else
+    return std::bit_cast<std::uint64_t>(v);
+}
+
 /// Compares got[i] with want(i) bit for bit for every i.
 template <class T, class Want>
 void expect(const op_desc& d, const char* what, std::span<const T> got, Want&& want) {
   for (std::size_t i = 0; i < got.size(); ++i) {
     const T w = want(i);
-    if (std::memcmp(&got[i], &w, sizeof(T)) != 0) fail(d, what, i, as_double(got[i]), as_double(w));
+    if (bits_of(got[i]) != bits_of(w)) fail(d, what, i, as_double(got[i]), as_double(w));
   }
 }
 
@@ -612,7 +626,7 @@ int soak(const config& cfg, Comm&... comms) {
         d.n = below(2);  // 0 or 1
         break;
       case 1:
-        d.n = 2 + below(static_cast<std::size_t>(2 * p));  // around the world size
+        d.n = 2 + below(2 * static_cast<std::size_t>(p));  // around the world size
         break;
       case 2:
         d.n = std::min(cfg.max_count, 2 * below(cfg.max_count / 2 + 1) + 1);  // odd
@@ -628,7 +642,7 @@ int soak(const config& cfg, Comm&... comms) {
       d.counts.resize(static_cast<std::size_t>(p));
       for (auto& c : d.counts) c = below(2) == 0 ? 0 : below(d.n + 1);
     } else if (d.c == coll::all_to_allv) {
-      d.counts.resize(static_cast<std::size_t>(p * p));
+      d.counts.resize(static_cast<std::size_t>(p) * static_cast<std::size_t>(p));
       for (auto& c : d.counts) c = below(3) == 0 ? 0 : below(d.n + 1);
     }
     // --corrupt-at K: rank 0 spoils the first op from K on that has a buffer.

@@ -100,8 +100,8 @@ struct alignas(cache_line) shm_first_line {
 static_assert(sizeof(shm_line) == cache_line && sizeof(shm_first_line) == cache_line);
 
 /// Lines per half: an all_reduce of up to `shm_line_capacity` (256) bytes travels in them.
-/// Measured on 2 cores (bench: tutti-bench all_reduce): above 256 bytes the slots are faster — a reader
-/// then waits for one flag and streams the rest, where lines cost one hand-off each.
+/// Measured on 2 cores (bench: tutti-bench all_reduce): above 256 bytes the slots are faster — a
+/// reader then waits for one flag and streams the rest, where lines cost one hand-off each.
 inline constexpr std::size_t shm_lines_per_half = 5;
 inline constexpr std::size_t shm_line_capacity =
     shm_first_line::payload + (shm_lines_per_half - 1) * shm_line::payload;
