@@ -109,10 +109,11 @@ std::vector<std::string> forwarded(const tb::options& o, const std::string& json
   return a;
 }
 
-/// Gloo's own algorithms for a collective, as tutti-bench-gloo --algo names them.
+/// Gloo's own algorithms for a collective, as tutti-bench-gloo --algo names them (the other
+/// collectives have one implementation, run under the default name).
 std::vector<std::string> gloo_algorithms(tb::collective c) {
   if (c == tb::collective::all_reduce) return {"ring", "bcube", "ring_chunked", "halving_doubling"};
-  return {"default"};
+  return {"ring"};
 }
 
 /// Prints tutti next to every peer: time per call (us) for each size, the peers' best, and
@@ -210,55 +211,40 @@ int compare(tb::options o) {
     if (status != 0) return status;
     files.push_back(own);
   }
+  // Runs one peer over the sweep into `json`; keeps the file when it succeeded.
+  auto run_peer = [&](const std::string& what, std::vector<std::string> argv,
+                      const std::string& json) {
+    for (auto& a : forwarded(o, json)) argv.push_back(std::move(a));
+    std::printf("\n");
+    if (const int rc = run_command(argv); rc != 0) {
+      std::fprintf(stderr, "tutti-bench: the %s peer failed (exit %d)\n", what.c_str(), rc);
+      status = 1;
+      return;
+    }
+    files.push_back(json);
+  };
   for (const auto& peer : o.compare) {
+    const auto exe = self_dir() / (peer == "mpi" ? "tutti-bench-mpi" : "tutti-bench-gloo");
+    if (!std::filesystem::exists(exe)) {
+      std::fprintf(stderr, "tutti-bench: %s not built (%s)\n", exe.c_str(),
+                   peer == "mpi" ? "MPI was not found at configure time"
+                                 : "configure with -DTUTTI_WITH_GLOO=ON");
+      status = 1;
+      continue;
+    }
     if (peer == "mpi") {
-      const auto exe = self_dir() / "tutti-bench-mpi";
-      if (!std::filesystem::exists(exe)) {
-        std::fprintf(stderr, "tutti-bench: %s not built (MPI was not found at configure time)\n",
-                     exe.c_str());
-        status = 1;
-        continue;
-      }
-      const std::string json = (dir / "mpi.json").string();
       std::vector<std::string> argv{"mpirun",          "-np",       std::to_string(np),
                                     "--oversubscribe", "--bind-to", "none",
                                     "--mca",           "pml",       "ob1",
                                     "--mca",           "btl",       "self,vader"};
       if (::geteuid() == 0) argv.insert(argv.begin() + 1, "--allow-run-as-root");
       argv.push_back(exe.string());
-      for (auto& a : forwarded(o, json)) argv.push_back(std::move(a));
-      std::printf("\n");
-      const int rc = run_command(argv);
-      if (rc != 0) {
-        std::fprintf(stderr, "tutti-bench: the MPI peer failed (exit %d)\n", rc);
-        status = 1;
-        continue;
-      }
-      files.push_back(json);
-    } else {  // gloo
-      const auto exe = self_dir() / "tutti-bench-gloo";
-      if (!std::filesystem::exists(exe)) {
-        std::fprintf(stderr, "tutti-bench: %s not built (configure with -DTUTTI_WITH_GLOO=ON)\n",
-                     exe.c_str());
-        status = 1;
-        continue;
-      }
-      for (const auto& algo : gloo_algorithms(o.coll)) {
-        const std::string json = (dir / ("gloo-" + algo + ".json")).string();
-        std::vector<std::string> argv{exe.string()};
-        for (auto& a : forwarded(o, json)) argv.push_back(std::move(a));
-        argv.insert(argv.end(), {"--np", std::to_string(np), "--algo", algo});
-        std::printf("\n");
-        const int rc = run_command(argv);
-        if (rc != 0) {
-          std::fprintf(stderr, "tutti-bench: the Gloo peer (%s) failed (exit %d)\n", algo.c_str(),
-                       rc);
-          status = 1;
-          continue;
-        }
-        files.push_back(json);
-      }
+      run_peer("MPI", std::move(argv), (dir / "mpi.json").string());
+      continue;
     }
+    for (const auto& algo : gloo_algorithms(o.coll))
+      run_peer("Gloo (" + algo + ")", {exe.string(), "--np", std::to_string(np), "--algo", algo},
+               (dir / ("gloo-" + algo + ".json")).string());
   }
   std::vector<tb::json_run> runs;
   for (const auto& f : files) runs.push_back(tb::read_run(f));

@@ -89,6 +89,18 @@ for run in runs:
         assert r["wrong"] == 0, (run["label"], r)
 PY
   [[ -s "$work/cmp.png" ]] || fail "--compare wrote no plot"
+  # A collective with one implementation in each peer: one run per peer, labelled by the peer.
+  (cd "$work" && OMPI_MCA_rmaps_base_oversubscribe=1 "$bin" broadcast -b 8 -e 4K -f 8 --np 2 \
+    -n 2 -w 1 --compare "$list" --json "$work/bc.json" --plot "$work/bc.png") >"$work/bc.txt"
+  python3 - "$work/bc.json" "$((${#peers[@]} + 1))" <<'PY'
+import json, sys
+runs = json.load(open(sys.argv[1]))["runs"]
+assert len(runs) == int(sys.argv[2]), [r["label"] for r in runs]
+assert {r["label"] for r in runs[1:]} <= {"gloo", "mpi"}, [r["label"] for r in runs]
+for run in runs:
+    assert run["collective"] == "broadcast" and run["results"], run["label"]
+    assert all(r["wrong"] == 0 and r["placement"] == "in-place" for r in run["results"])
+PY
 else
   echo "note: no peer built (or no gnuplot); --compare not checked"
 fi

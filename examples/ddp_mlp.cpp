@@ -132,28 +132,22 @@ class model {
       }
       a[s] = {x, h1, h2, d3, d2, d1};
     }
-    // Layer 3: its gradients are final first — mark them, their bucket may start now.
-    for (const acts& s : a)
-      for (std::size_t o = 0; o < out_dim; ++o) {
-        for (std::size_t k = 0; k < hidden; ++k) g(4)[o * hidden + k] += weight * s.d3[o] * s.h2[k];
-        g(5)[o] += weight * s.d3[o];
-      }
-    bucketer_.mark_ready(5);
-    bucketer_.mark_ready(4);
-    for (const acts& s : a)
-      for (std::size_t j = 0; j < hidden; ++j) {
-        for (std::size_t k = 0; k < hidden; ++k) g(2)[j * hidden + k] += weight * s.d2[j] * s.h1[k];
-        g(3)[j] += weight * s.d2[j];
-      }
-    bucketer_.mark_ready(3);
-    bucketer_.mark_ready(2);
-    for (const acts& s : a)
-      for (std::size_t j = 0; j < hidden; ++j) {
-        for (std::size_t k = 0; k < in_dim; ++k) g(0)[j * in_dim + k] += weight * s.d1[j] * s.x[k];
-        g(1)[j] += weight * s.d1[j];
-      }
-    bucketer_.mark_ready(1);
-    bucketer_.mark_ready(0);
+    // Weights g(w) and bias g(w + 1) of one layer, summed over the batch, then marked ready:
+    // layer 3's are final first, so its bucket may start while layers 2 and 1 are computed.
+    auto layer = [&](std::size_t w, std::size_t rows, std::size_t cols,
+                     std::vector<float> acts::*delta, std::vector<float> acts::*input) {
+      for (const acts& s : a)
+        for (std::size_t j = 0; j < rows; ++j) {
+          for (std::size_t k = 0; k < cols; ++k)
+            g(w)[j * cols + k] += weight * (s.*delta)[j] * (s.*input)[k];
+          g(w + 1)[j] += weight * (s.*delta)[j];
+        }
+      bucketer_.mark_ready(w + 1);
+      bucketer_.mark_ready(w);
+    };
+    layer(4, out_dim, hidden, &acts::d3, &acts::h2);
+    layer(2, hidden, hidden, &acts::d2, &acts::h1);
+    layer(0, hidden, in_dim, &acts::d1, &acts::x);
     return loss;
   }
 

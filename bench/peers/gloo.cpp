@@ -65,7 +65,8 @@ gloo_fn<T> reduce_fn(tb::redop op) {
 template <class Comm>
 class gloo_backend {
  public:
-  gloo_backend(Comm& comm, std::string algo) : comm_(comm), algo_(std::move(algo)) {}
+  gloo_backend(Comm& comm, std::string algo, tb::collective c)
+      : comm_(comm), algo_(std::move(algo)), coll_(c) {}
 
   [[nodiscard]] int rank() const noexcept { return comm_.rank(); }
   [[nodiscard]] int size() const noexcept { return comm_.size(); }
@@ -109,7 +110,10 @@ class gloo_backend {
     const std::string version =
         "Gloo (Debian libgloo-dev), connections by tutti " + std::to_string(tutti::version_major) +
         "." + std::to_string(tutti::version_minor) + "." + std::to_string(tutti::version_patch);
-    return {"gloo", "gloo " + algo_, "gloo", algo_, version};
+    // Only all_reduce has several algorithms in Gloo: the others are just "gloo".
+    const bool several = coll_ == tb::collective::all_reduce;
+    return {"gloo", several ? "gloo " + algo_ : "gloo", "gloo", several ? algo_ : "default",
+            version};
   }
 
   template <class T>
@@ -125,17 +129,17 @@ class gloo_backend {
     const std::size_t n = static_cast<std::size_t>(size());
     const bool ip = a.where == tb::placement::in_place;
     T* in = const_cast<T*>(a.in);
-    if (a.count == 0) return;
+    if (a.s.count == 0) return;
     switch (a.coll) {
       case collective::all_reduce: {
         if (size() == 1) {
-          if (!ip) std::memcpy(a.out, a.in, a.count * sizeof(T));
+          if (!ip) std::memcpy(a.out, a.in, a.s.count * sizeof(T));
           return;
         }
         if (algo_ == "ring" || algo_ == "bcube") {
           ::gloo::AllreduceOptions o(ctx);
-          if (!ip) o.setInput(in, a.count);
-          o.setOutput(a.out, a.count);
+          if (!ip) o.setInput(in, a.s.count);
+          o.setOutput(a.out, a.s.count);
           o.setReduceFunction(reduce_fn<T>(a.op));
           o.setAlgorithm(algo_ == "ring" ? ::gloo::AllreduceOptions::Algorithm::RING
                                          : ::gloo::AllreduceOptions::Algorithm::BCUBE);
@@ -148,8 +152,8 @@ class gloo_backend {
       }
       case collective::reduce: {
         ::gloo::ReduceOptions o(ctx);
-        o.setInput(in, a.count);
-        o.setOutput(a.out, a.count);
+        o.setInput(in, a.s.count);
+        o.setOutput(a.out, a.s.count);
         o.setRoot(a.root);
         o.setReduceFunction(reduce_fn<T>(a.op));
         o.setTag(tag_++);
@@ -158,7 +162,7 @@ class gloo_backend {
       }
       case collective::broadcast: {
         ::gloo::BroadcastOptions o(ctx);
-        o.setOutput(a.out, a.count);
+        o.setOutput(a.out, a.s.count);
         o.setRoot(a.root);
         o.setTag(tag_++);
         ::gloo::broadcast(o);
@@ -166,16 +170,16 @@ class gloo_backend {
       }
       case collective::all_gather: {
         ::gloo::AllgatherOptions o(ctx);
-        if (!ip) o.setInput(in, a.count);  // in place: Gloo reads this rank's block of out
-        o.setOutput(a.out, a.count * n);
+        if (!ip) o.setInput(in, a.s.count);  // in place: Gloo reads this rank's block of out
+        o.setOutput(a.out, a.s.count * n);
         o.setTag(tag_++);
         ::gloo::allgather(o);
         return;
       }
       case collective::gather: {
         ::gloo::GatherOptions o(ctx);
-        o.setInput(in, a.count);
-        if (rank() == a.root) o.setOutput(a.out, a.count * n);
+        o.setInput(in, a.s.count);
+        if (rank() == a.root) o.setOutput(a.out, a.s.count * n);
         o.setRoot(a.root);
         o.setTag(tag_++);
         ::gloo::gather(o);
@@ -185,10 +189,10 @@ class gloo_backend {
         ::gloo::ScatterOptions o(ctx);
         if (rank() == a.root) {
           std::vector<T*> blocks;
-          for (std::size_t q = 0; q < n; ++q) blocks.push_back(in + q * a.count);
-          o.setInputs(blocks, a.count);
+          for (std::size_t q = 0; q < n; ++q) blocks.push_back(in + q * a.s.count);
+          o.setInputs(blocks, a.s.count);
         }
-        o.setOutput(a.out, a.count);
+        o.setOutput(a.out, a.s.count);
         o.setRoot(a.root);
         o.setTag(tag_++);
         ::gloo::scatter(o);
@@ -196,8 +200,8 @@ class gloo_backend {
       }
       case collective::all_to_all: {
         ::gloo::AlltoallOptions o(ctx);
-        o.setInput(in, a.count * n);
-        o.setOutput(a.out, a.count * n);
+        o.setInput(in, a.s.count * n);
+        o.setOutput(a.out, a.s.count * n);
         o.setTag(tag_++);
         ::gloo::alltoall(o);
         return;
@@ -211,7 +215,7 @@ class gloo_backend {
   // one instance per (buffer, count, op, type), built at the first (warm-up) call.
   template <class T>
   ::gloo::Algorithm& classic(const tb::call_args<T>& a) {
-    const auto key = std::tuple{static_cast<void*>(a.out), a.count, static_cast<int>(a.op),
+    const auto key = std::tuple{static_cast<void*>(a.out), a.s.count, static_cast<int>(a.op),
                                 static_cast<int>(tb::detail::element_of<T>)};
     auto it = classic_.find(key);
     if (it == classic_.end()) {
@@ -221,10 +225,10 @@ class gloo_backend {
       std::unique_ptr<::gloo::Algorithm> alg;
       if (algo_ == "ring_chunked")
         alg = std::make_unique<::gloo::AllreduceRingChunked<T>>(ctx, ptrs,
-                                                                static_cast<int>(a.count), fn);
+                                                                static_cast<int>(a.s.count), fn);
       else
-        alg = std::make_unique<::gloo::AllreduceHalvingDoubling<T>>(ctx, ptrs,
-                                                                    static_cast<int>(a.count), fn);
+        alg = std::make_unique<::gloo::AllreduceHalvingDoubling<T>>(
+            ctx, ptrs, static_cast<int>(a.s.count), fn);
       it = classic_.emplace(key, std::move(alg)).first;
     }
     return *it->second;
@@ -246,6 +250,7 @@ class gloo_backend {
 
   Comm& comm_;
   std::string algo_;
+  tb::collective coll_;
   std::uint32_t tag_ = 1;
   std::map<std::tuple<void*, std::size_t, int, int>, std::unique_ptr<::gloo::Algorithm>> classic_;
 };
@@ -258,7 +263,7 @@ int main(int argc, char** argv) {
                           [](const tb::options& o) {
                             return tutti::spawn(o.np != 0 ? o.np : 2, [&] {
                               auto comm = tutti::communicator<tutti::gloo>::from_env();
-                              gloo_backend<decltype(comm)> b(comm, o.algo);
+                              gloo_backend<decltype(comm)> b(comm, o.algo, o.coll);
                               return tb::run(b, o, "tutti-bench-gloo");
                             });
                           });

@@ -113,7 +113,7 @@ class mpi_backend {
   void call(const tb::call_args<T>& a) {
     const MPI_Datatype type = mpi_type<T>();
     const bool ip = a.where == tb::placement::in_place;
-    const int k = to_int(a.count);
+    const int k = to_int(a.s.count);
     switch (a.coll) {
       case tb::collective::all_reduce:
         check(MPI_Allreduce(ip ? MPI_IN_PLACE : a.in, a.out, k, type, mpi_op(a.op), MPI_COMM_WORLD),

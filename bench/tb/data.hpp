@@ -215,16 +215,16 @@ class dataset {
   dataset(collective c, redop op, int rank, int ranks, int root, const value_plan& plan)
       : c_(c), op_(op), rank_(rank), n_(ranks), root_(root), plan_(plan) {}
 
+  [[nodiscard]] redop op() const noexcept { return op_; }
+  [[nodiscard]] int root() const noexcept { return root_; }
+
   /// The out-of-place input (`count` per-rank elements, shaped by `s`).
   void fill_input(T* in, const shape& s) const {
     const auto n = static_cast<std::size_t>(n_);
     switch (c_) {
       case collective::all_reduce:
       case collective::reduce:
-        for (std::size_t i = 0; i < s.in_elems; ++i)
-          in[i] = make_value<T>(plan_.reduce_input(op_, rank_, n_, i));
-        return;
-      case collective::reduce_scatter:
+      case collective::reduce_scatter:  // element i of the whole input, blocks included
         for (std::size_t i = 0; i < s.in_elems; ++i)
           in[i] = make_value<T>(plan_.reduce_input(op_, rank_, n_, i));
         return;

@@ -51,7 +51,7 @@ struct call_args {
   placement where = placement::out_of_place;
   const T* in = nullptr;
   T* out = nullptr;
-  std::size_t count = 0;  // shape::count: per-rank elements (per block for blocked collectives)
+  shape s;  // s.count: per-rank elements (per block for blocked collectives); buffer lengths
   int root = 0;
 };
 
@@ -177,11 +177,12 @@ class progress {
 };
 
 template <class T, backend B>
-measurement measure(B& b, const options& o, const shape& s, const dataset<T>& data, redop op,
-                    int root, placement where, std::vector<T>& in, std::vector<T>& out) {
+measurement measure(B& b, const options& o, const shape& s, const dataset<T>& data, placement where,
+                    std::vector<T>& in, std::vector<T>& out) {
   using clock = std::chrono::steady_clock;
   const bool in_place = where == placement::in_place;
-  call_args<T> a{o.coll, op, where, in_place ? out.data() : in.data(), out.data(), s.count, root};
+  call_args<T> a{o.coll,     data.op(), where,      in_place ? out.data() : in.data(),
+                 out.data(), s,         data.root()};
 
   if (in_place)
     data.fill_in_place(out.data(), s);
@@ -267,6 +268,7 @@ template <backend B>
     redop op;
     bool oop;
     bool ip;
+    value_plan plan;  // the inputs (unchecked runs keep the default)
   };
   std::vector<combo> combos;
   for (const auto t : o.types)
@@ -283,9 +285,10 @@ template <backend B>
                        std::string(name_of(op)).c_str(), why_o.c_str());
         continue;
       }
+      value_plan plan;
       if (o.check) {
         try {
-          (void)detail::with_type(
+          plan = detail::with_type(
               t, [&]<class T>() { return value_plan::make<T>(op, n, name_of(t)); });
         } catch (const std::invalid_argument& e) {
           if (out0)
@@ -294,7 +297,7 @@ template <backend B>
           return give_up();
         }
       }
-      combos.push_back({t, op, why_o.empty(), why_i.empty()});
+      combos.push_back({t, op, why_o.empty(), why_i.empty(), plan});
     }
   if (combos.empty()) {
     if (out0)
@@ -350,20 +353,15 @@ template <backend B>
       const shape biggest = shape_of(o.coll, o.max_bytes, sizeof(T), n);
       std::vector<T> in(std::max(biggest.in_elems, std::size_t{1}));
       std::vector<T> out(std::max({biggest.out_elems, biggest.buf_elems, std::size_t{1}}));
-      const value_plan plan =
-          o.check ? value_plan::make<T>(c.op, n, name_of(c.type)) : value_plan{};
       for (const int root : roots) {
-        const dataset<T> data(o.coll, c.op, b.rank(), n, root < 0 ? 0 : root, plan);
+        // Collectives without a root print -1 and give the dataset 0 (unused).
+        const dataset<T> data(o.coll, c.op, b.rank(), n, root < 0 ? 0 : root, c.plan);
         for (const std::size_t size : sizes) {
           const shape s = shape_of(o.coll, size, sizeof(T), n);
           row r{s.bytes, s.count, std::string(name_of(c.type)), std::string(name_of(c.op)), root,
                 {},      {}};
-          if (c.oop)
-            r.oop = detail::measure<T>(b, o, s, data, c.op, root < 0 ? 0 : root,
-                                       placement::out_of_place, in, out);
-          if (c.ip)
-            r.ip = detail::measure<T>(b, o, s, data, c.op, root < 0 ? 0 : root, placement::in_place,
-                                      in, out);
+          if (c.oop) r.oop = detail::measure<T>(b, o, s, data, placement::out_of_place, in, out);
+          if (c.ip) r.ip = detail::measure<T>(b, o, s, data, placement::in_place, in, out);
           for (const measurement* m : {&r.oop, &r.ip}) {
             if (!m->ran) continue;
             total_wrong += m->wrong;

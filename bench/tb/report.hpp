@@ -225,14 +225,12 @@ inline void write_json(const std::string& path, const run_info& info, const opti
 
 // ---- reading back what write_json wrote (tutti-bench --compare) ---------------------------
 
-/// One result row of a run, as read back.
+/// One result row of a run, as read back: what the side-by-side table needs.
 struct json_row {
   std::size_t size = 0;
   std::string type, redop, placement;
   int root = -1;
   double time_us = 0;
-  double busbw = 0;
-  std::optional<std::uint64_t> wrong;
 };
 
 struct json_run {
@@ -299,8 +297,6 @@ namespace detail {
     r.placement = detail::field(line, "placement").value_or("");
     r.root = std::stoi(num("root"));
     r.time_us = std::stod(num("time_us"));
-    r.busbw = std::stod(num("busbw"));
-    if (const auto w = detail::field(line, "wrong"); w && *w != "null") r.wrong = std::stoull(*w);
     run.rows.push_back(std::move(r));
   }
   return run;

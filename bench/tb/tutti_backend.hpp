@@ -116,12 +116,10 @@ class tutti_backend {
 
   template <class T>
   void call(const call_args<T>& a) {
-    const std::size_t n = static_cast<std::size_t>(size());
-    const shape_counts k = counts(a.coll, a.count, n);
     const bool ip = a.where == placement::in_place;
-    std::span<const T> in(a.in, k.in);
-    std::span<T> out(a.out, k.out);
-    std::span<T> buf(a.out, k.buf);
+    std::span<const T> in(a.in, a.s.in_elems);
+    std::span<T> out(a.out, a.s.out_elems);
+    std::span<T> buf(a.out, a.s.buf_elems);
     switch (a.coll) {
       case collective::all_reduce:
         if constexpr (tutti::detail::has_all_reduce<algorithm, transport>)
@@ -182,25 +180,6 @@ class tutti_backend {
   }
 
  private:
-  struct shape_counts {
-    std::size_t in, out, buf;
-  };
-  // Buffer lengths from the per-rank count (tb/data.hpp's shape_of, in elements).
-  static shape_counts counts(collective c, std::size_t count, std::size_t n) {
-    switch (c) {
-      case collective::all_gather:
-      case collective::gather:
-        return {count, count * n, count * n};
-      case collective::reduce_scatter:
-      case collective::scatter:
-        return {count * n, count, count * n};
-      case collective::all_to_all:
-        return {count * n, count * n, count * n};
-      default:
-        return {count, count, count};
-    }
-  }
-
   template <class F>
   static void with_op(redop op, F&& f) {
     switch (op) {
