@@ -261,3 +261,33 @@ TEST_CASE("send/recv after a collective: a slow peer is not a mismatch") {
     return tutti::communicator<tutti::shm>::from_url(dir.url(), r, 2, o);
   });
 }
+
+TEST_CASE("after an async call lost a peer, later calls raise aborted naming that peer") {
+  // Found by tutti-faults: the next call raised aborted with peer() == -1, so a rank that
+  // caught it could not tell which rank was lost without parsing the message.
+  shared_report rep;
+  temp_dir dir;
+  const auto status = run_ranks(2, [&](int r) {
+    auto comm = tutti::communicator<tutti::shm>::from_url(dir.url(), r, 2);
+    if (r == 1) raise(SIGKILL);
+    std::vector<int> v(100, 1);
+    auto w = comm.all_reduce_async(std::span<int>(v), tutti::sum);
+    while (!w.done()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    int code = 0;
+    for (int step = 0; step < 3; ++step) {
+      try {
+        if (step == 0) comm.barrier();
+        if (step == 1) comm.send(std::span<const int>(v), 1);
+        if (step == 2) w.wait();
+        code = 10 + step;  // no error
+      } catch (const tutti::error& e) {
+        const auto want = step == 2 ? tutti::errc::peer_lost : tutti::errc::aborted;
+        if (e.kind() != want || e.peer() != 1) code = 20 + step;
+      }
+      if (code != 0) break;
+    }
+    return code;
+  });
+  CHECK(WIFSIGNALED(status[1]));
+  CHECK(exited_with(status[0], 0));
+}

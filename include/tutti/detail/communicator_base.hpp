@@ -159,7 +159,8 @@ class communicator_base {
     call c;
     c.fp = fingerprint{kind, type, op_kind::none, -1, (out.size() + in.size())};
     c.seq = s.seq;  // point-to-point calls do not take a collective sequence number
-    if (!s.broken.empty()) throw error(errc::aborted, c.name_str(), c.seq, rank(), peer, s.broken);
+    if (!s.broken.empty())
+      throw error(errc::aborted, c.name_str(), c.seq, rank(), s.broken_peer, s.broken);
     if (peer < 0 || peer >= size() || peer == rank())
       throw error(errc::invalid_argument, c.name_str(), c.seq, rank(), peer,
                   "peer must be another rank in [0, " + std::to_string(size()) + ")");
@@ -186,6 +187,7 @@ class communicator_base {
     scratch_space scratch;
     std::uint64_t seq = 0;
     std::string broken;    // why the communicator can no longer be used; "" while healthy
+    int broken_peer = -1;  // the peer the error that broke it named: later calls name it too
     progress_queue queue;  // last: destroyed (and joined) first, while the rest still lives
   };
 
@@ -377,12 +379,16 @@ class communicator_base {
     c.elem_size = spec.elem;
     auto job = [s, c, body = std::move(body)]() mutable {
       if (!s->broken.empty())
-        throw error(errc::aborted, c.name_str(), c.seq, s->t.rank(), -1,
+        throw error(errc::aborted, c.name_str(), c.seq, s->t.rank(), s->broken_peer,
                     "communicator unusable after an earlier error: " + s->broken);
       try {
         s->t.publish(c);
         ctx_t ctx(s->t, c, clock::now() + s->opts.timeout, s->scratch, s->overrides);
         body(ctx);
+      } catch (const error& e) {
+        s->broken = e.what();
+        s->broken_peer = e.peer();
+        throw;
       } catch (const std::exception& e) {
         s->broken = e.what();
         throw;
