@@ -291,3 +291,34 @@ TEST_CASE("after an async call lost a peer, later calls raise aborted naming tha
   CHECK(WIFSIGNALED(status[1]));
   CHECK(exited_with(status[0], 0));
 }
+
+TEST_CASE("an abort that follows a death names the dead rank, not the one that aborted") {
+  // Found by tutti-faults: rank 2 is killed; rank 1 notices first and, unwinding, abandons a
+  // message, which aborts the world ("rank 1 abandoned a message"). Rank 0 then saw only that
+  // abort and raised it naming its own call's peer instead of the rank that died.
+  shared_report rep;
+  temp_dir dir;
+  const auto status = run_ranks(3, [&](int r) {
+    auto comm = tutti::communicator<tutti::shm>::from_url(dir.url(), r, 3);
+    rep->pids[r] = getpid();
+    if (r == 2) raise(SIGKILL);
+    if (r == 1) {
+      while (rep->pids[2] == 0 || kill(rep->pids[2], 0) == 0)  // until the parent reaped it
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      comm.transport().abort(tutti::errc::aborted, "rank 1 abandoned a message half sent");
+      rep->died_ns = now_ns();
+      while (rep->kind[0] == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return 0;
+    }
+    while (rep->died_ns == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::vector<int> v(10, 1);
+    const int rc = expect_error(rep.operator->(), r,
+                                [&] { comm.all_reduce(std::span<int>(v), tutti::sum); });
+    return rc;
+  });
+  CHECK(WIFSIGNALED(status[2]));
+  CHECK(exited_with(status[0], 0));
+  CHECK(exited_with(status[1], 0));
+  CHECK(rep->kind[0] == static_cast<int>(tutti::errc::peer_lost));
+  CHECK(rep->peer[0] == 2);
+}

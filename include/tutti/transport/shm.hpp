@@ -418,26 +418,32 @@ class shm {
   template <class Ready>
   void poll(const detail::call& c, detail::clock::time_point deadline, int peer, Ready&& ready) {
     auto& st = *s_;
+    const auto died = [&](int q) {
+      return error(errc::peer_lost, c.name_str(), c.seq, st.rank, q,
+                   "rank " + std::to_string(q) + " (pid " +
+                       std::to_string(st.view.block(q).pid.load(std::memory_order_relaxed)) +
+                       ") died without closing its communicator");
+    };
     if (st.view.aborted()) {
       auto [code, what] = st.view.abort_reason();
+      // An abort of kind `aborted` is a consequence (a rank abandoned a message while it
+      // unwound from an error, typically a peer's death): a dead peer is the cause to name.
+      if (code == errc::aborted)
+        for (int q = 0; q < st.size; ++q)
+          if (q != st.rank && !closed(q) && st.watch.gone(q)) throw died(q);
       throw error(code, c.name_str(), c.seq, st.rank, peer, what);
     }
     for (int q = 0; q < st.size; ++q) {
       if (q == st.rank) continue;
-      auto& b = st.view.block(q);
       if (c.compared()) {
-        auto theirs = b.board.lookup(c.seq);
+        auto theirs = st.view.block(q).board.lookup(c.seq);
         if (theirs && !(*theirs == c.fp)) {
           const std::string what = detail::mismatch_text(st.rank, c.fp, q, *theirs);
           st.view.abort(errc::mismatch, what);
           throw error(errc::mismatch, c.name_str(), c.seq, st.rank, q, what);
         }
       }
-      if (!closed(q) && st.watch.gone(q) && !ready())
-        throw error(errc::peer_lost, c.name_str(), c.seq, st.rank, q,
-                    "rank " + std::to_string(q) + " (pid " +
-                        std::to_string(b.pid.load(std::memory_order_relaxed)) +
-                        ") died without closing its communicator");
+      if (!closed(q) && st.watch.gone(q) && !ready()) throw died(q);
     }
     // Only then ranks that closed cleanly (say, after raising this same death themselves):
     // a death is the cause worth naming.
