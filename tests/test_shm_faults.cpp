@@ -322,3 +322,46 @@ TEST_CASE("an abort that follows a death names the dead rank, not the one that a
   CHECK(rep->kind[0] == static_cast<int>(tutti::errc::peer_lost));
   CHECK(rep->peer[0] == 2);
 }
+
+TEST_CASE("rank 0 killed while the world forms: a rank that attached removes the segment") {
+  // Found by tutti-faults (--mode store): rank 0 created and published the segment, rank 1
+  // attached, rank 2 had not arrived when rank 0 died. Rank 1 raised peer_lost but left the
+  // name in /dev/shm, where it stayed after every rank was gone.
+  shared_report rep;
+  temp_dir dir;
+  const auto status = run_ranks(3, [&](int r) {
+    rep->pids[r] = getpid();
+    if (r == 2) {  // arrives late: finds rank 0's segment and kills rank 0 once rank 1 attached
+      std::string seg;
+      for (int i = 0; i < 5000 && (seg.empty() || rep->pids[0] == 0); ++i) {
+        std::ifstream maps("/proc/" + std::to_string(rep->pids[0]) + "/maps");
+        for (std::string line; std::getline(maps, line);) {
+          const auto at = line.find("/dev/shm/tutti-");
+          if (at != std::string::npos) seg = line.substr(at + 8, 39);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      if (seg.empty()) return 2;
+      std::memcpy(rep->segment, seg.data(), seg.size());
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 1 attaches
+      rep->died_ns = now_ns();
+      kill(rep->pids[0], SIGKILL);
+      while (rep->kind[1] == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      return 0;
+    }
+    tutti::options opts;
+    opts.timeout = std::chrono::seconds(30);
+    return expect_error(rep.operator->(), r, [&] {
+      (void)tutti::communicator<tutti::shm>::from_url(dir.url(), r, 3, opts);
+    });
+  });
+  CHECK(WIFSIGNALED(status[0]));
+  CHECK(exited_with(status[1], 0));
+  CHECK(exited_with(status[2], 0));
+  CHECK(rep->kind[1] == static_cast<int>(tutti::errc::peer_lost));
+  CHECK(rep->peer[1] == 0);
+  const std::string seg(rep->segment);
+  CHECK(seg.rfind("/tutti-", 0) == 0);
+  CHECK_FALSE(std::filesystem::exists("/dev/shm" + seg));
+  if (!seg.empty()) shm_unlink(seg.c_str());  // a failed check leaves nothing behind
+}

@@ -503,9 +503,11 @@ shm shm::join(int rank, int size, Publish&& publish, Fetch&& fetch, const option
   auto check = [&] {
     for (int q = 0; q < size; ++q) {
       const std::int32_t pid = v.block(q).pid.load(std::memory_order_relaxed);
-      if (q != rank && pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH)
+      if (q != rank && pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
+        ::shm_unlink(name.c_str());  // the world can never form: nobody else removes the name
         throw error(errc::peer_lost, "", 0, rank, q,
                     "tutti::shm: rank " + std::to_string(q) + " died while the world was forming");
+      }
     }
     if (detail::clock::now() < deadline) return;
     ::shm_unlink(name.c_str());
