@@ -18,6 +18,9 @@
 #   ROUNDS (2)                      runs per algorithm and rank count
 #   ALGOS (all)                     space-separated subset of the names in the table
 #   RUN_TIMEOUT (1800)              seconds allowed per run
+#   PRIO (unset)                    run every program under `chrt -f PRIO` (real-time FIFO, needs
+#                                   root or CAP_SYS_NICE): other work on the machine cannot
+#                                   preempt the ranks, which cuts the noise of a shared machine
 # Exit status: 0; 1 if a run reported wrong results or failed; 2 on a usage/setup error.
 set -euo pipefail
 
@@ -45,6 +48,12 @@ rounds="${ROUNDS:-2}"
 run_timeout="${RUN_TIMEOUT:-1800}"
 read -r -a algos <<<"${ALGOS:-automatic ring recursive_halving tree recursive_doubling native gloo_ring gloo_bcube gloo_ring_chunked gloo_halving_doubling}"
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"
+prio=()
+if [[ -n "${PRIO:-}" ]]; then
+  [[ "$PRIO" =~ ^[1-9][0-9]?$ ]] || die "PRIO must be a real-time priority, 1-99"
+  chrt -f "$PRIO" true 2>/dev/null || die "chrt -f $PRIO is not allowed here (needs root or CAP_SYS_NICE)"
+  prio=(chrt -f "$PRIO")
+fi
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -56,7 +65,7 @@ echo "- machine: ${model:-unknown CPU}, $(nproc) cores, $(uname -srm);" \
   "load average before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
 echo "- Gloo: Debian libgloo-dev $(dpkg-query -W -f='${Version}' libgloo-dev 2>/dev/null || echo '?')"
 echo "- tutti-bench / tutti-bench-gloo all_reduce --np NP --algo A -b $minbytes -e $maxbytes -a 3 --csv;" \
-  "best of $rounds interleaved runs"
+  "best of $rounds interleaved runs${PRIO:+, under chrt -f $PRIO}"
 echo
 
 failed=0
@@ -72,7 +81,7 @@ for np in $nps; do
       else
         cmd=("$bin" all_reduce --transport gloo --algo "$a" --placement out-of-place)
       fi
-      if timeout "$run_timeout" "${cmd[@]}" --np "$np" -b "$minbytes" -e "$maxbytes" -a 3 --csv \
+      if timeout "$run_timeout" "${prio[@]}" "${cmd[@]}" --np "$np" -b "$minbytes" -e "$maxbytes" -a 3 --csv \
         >"$work/$a.$np.$round.csv" 2>"$work/err"; then
         printf 'ok (%ss)\n' "$((SECONDS - start))" >&2
       else

@@ -9,6 +9,8 @@
 // element size (Gloo's own collectives are instantiated per size) — and every TCP message
 // costs tens of microseconds here, so the full matrix would take many minutes per policy.
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <tuple>
@@ -72,3 +74,63 @@ TEST_CASE("gloo recursive_doubling: every collective it implements") {
 TEST_CASE("gloo bruck: every collective it implements") { sweep_policy<tutti::bruck>(sizes()); }
 TEST_CASE("gloo native: every collective Gloo has") { sweep_policy<tutti::native>(sizes()); }
 TEST_CASE("gloo automatic: every collective") { sweep_policy<tutti::automatic>(sizes()); }
+
+TEST_CASE("large collective messages travel in parts that pair up on both ends") {
+  using tutti::gloo;
+  // Whole below 2 x part_min; up to max_parts parts of >= part_min; parts of about part_max
+  // beyond; a whole number of elements each, and never more parts than the rule gives.
+  CHECK(gloo::part_size(0, 4) == 0);
+  CHECK(gloo::part_size(3, 1) == 3);
+  CHECK(gloo::part_size(gloo::part_min * 2 - 4, 4) == gloo::part_min * 2 - 4);
+  CHECK(gloo::part_size(gloo::part_min * 2, 4) == gloo::part_min);
+  CHECK(gloo::part_size(std::size_t{4} << 20, 8) == std::size_t{512} << 10);
+  CHECK(gloo::part_size(std::size_t{16} << 20, 4) == std::size_t{1} << 20);
+  CHECK(gloo::part_size(std::size_t{64} << 20, 2) == std::size_t{1} << 20);
+  CHECK(gloo::part_size(std::size_t{12} * 100000, 12) ==
+        std::size_t{12} * 25000);  // 4 parts of 25,000 elements
+  CHECK(gloo::part_size(std::size_t{12} * 100001, 12) ==
+        std::size_t{12} * 25001);  // the last part shorter
+  for (std::size_t elem : {1, 2, 4, 8, 12, 16})
+    for (std::size_t bytes = 0; bytes < (std::size_t{40} << 20); bytes = bytes * 3 + elem * 7) {
+      CAPTURE(elem);
+      CAPTURE(bytes);
+      const std::size_t b = bytes / elem * elem, part = gloo::part_size(b, elem);
+      if (b == 0) continue;
+      CHECK(part % elem == 0);
+      CHECK(part <= b);
+      const std::size_t parts = (b + part - 1) / part;
+      CHECK(parts <= std::max<std::size_t>(gloo::max_parts, b / gloo::part_max));
+      CHECK((parts == 1 || part >= gloo::part_min));
+    }
+
+  // Blocks just under, at and over the part boundaries, split unevenly across ranks, through
+  // every policy that sends large blocks point to point; exact int32 sums.
+  for (int p : {2, 3}) {
+    CAPTURE(p);
+    const int rc = tutti::spawn(p, [] {
+      auto comm = tutti::communicator<tutti::gloo>::from_env();
+      suite::failures f;
+      const std::size_t k = gloo::part_min / sizeof(std::int32_t);
+      for (std::size_t n : {2 * k - 1, 4 * k + 1, 6 * k + 5, (std::size_t{9} << 18) + 7}) {
+        suite::all_reduce_case<std::int32_t, tutti::sum_t>(comm, f, n, false);
+        suite::all_reduce_case<std::int32_t, tutti::sum_t>(comm, f, n, true);
+        suite::reduce_scatter_case<std::int32_t, tutti::sum_t>(comm, f, n / 2 + 1, false);
+        suite::reduce_case<std::int32_t, tutti::sum_t>(comm, f, n, false);
+        suite::broadcast_case<std::int32_t>(comm, f, n);
+      }
+      auto ring = tutti::communicator<tutti::gloo, tutti::ring>::from_env();
+      auto halving = tutti::communicator<tutti::gloo, tutti::recursive_halving>::from_env();
+      auto tree = tutti::communicator<tutti::gloo, tutti::tree>::from_env();
+      for (std::size_t n : {3 * k + 1, (std::size_t{5} << 18) + 3}) {
+        suite::all_reduce_case<std::int32_t, tutti::sum_t>(ring, f, n, false);
+        suite::all_reduce_case<std::int32_t, tutti::sum_t>(halving, f, n, true);
+        suite::all_reduce_case<std::int32_t, tutti::sum_t>(tree, f, n, false);
+      }
+      if (f.count.load() == 0) return 0;
+      std::fprintf(stderr, "rank %d: %ld failures\n%s", comm.rank(), f.count.load(),
+                   f.text().c_str());
+      return 1;
+    });
+    CHECK(rc == 0);
+  }
+}
