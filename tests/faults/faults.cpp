@@ -909,7 +909,8 @@ struct harness {
           for (char& ch : w)
             if (ch == '"' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20) ch = '\'';
           std::string rec = json_trials.empty() ? "{" : ",\n{";
-          rec += "\"mode\":\"" + mode + "\",\"transport\":\"" + transport + "\"";
+          rec += "\"mode\":\"" + mode;
+          rec += "\",\"transport\":\"" + transport + "\"";
           rec += ",\"np\":" + std::to_string(np);
           rec += std::string(",\"policy\":\"") + policy_name(transport, policy) + "\"";
           rec += ",\"victim\":" + std::to_string(victim) + ",\"rank\":" + std::to_string(r);
