@@ -60,6 +60,10 @@ TEST_CASE("mismatched calls raise mismatch on every rank, not a hang or a crash"
       CAPTURE(r);
       CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
       CHECK(rep->kind[r] == static_cast<int>(tutti::errc::mismatch));
+      // The other side of the mismatch, never this rank (a rank that learns of the mismatch
+      // from the writer's abort record once named itself: tests/mismatch found it).
+      CHECK(rep->peer[r] >= 0);
+      CHECK(rep->peer[r] != r);
     }
   }
 }

@@ -702,7 +702,9 @@ class gloo {
   /// rank's connections too, so the ranks waiting on it learn at once).
   [[noreturn]] void raise_recorded(const detail::call& c, const detail::gloo_abort_record& rec) {
     abort_world(*s_, rec, false);
-    throw error(rec.code, c.name_str(), c.seq, rank(), rec.subject,
+    // `subject` is the writer's other side; on that side it is this rank: name the writer.
+    const int peer = rec.subject == rank() ? rec.writer : rec.subject;
+    throw error(rec.code, c.name_str(), c.seq, rank(), peer,
                 "rank " + std::to_string(rec.writer) + " reported: " + rec.what);
   }
 
