@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -175,6 +176,15 @@ struct trial_desc {
   std::vector<call_desc> follow;  // the agreed calls after it
   bool expect_raise = true;
 
+  /// Gloo's own collectives (tutti::native over gloo) skip calls of count 0: nothing is
+  /// exchanged, so a disagreement in root or collective at count 0 reaches no rank (and no
+  /// data can be wrong). Such trials are counted apart ("undetectable"), not as SILENT.
+  [[nodiscard]] bool zero_count_native() const noexcept {
+    const auto zero = [](const call_desc& d) { return d.c != coll::barrier && d.n == 0; };
+    return transport == 2 && policy == 7 && zero(base) &&
+           (f == field::missing ? missing != missing_kind::next || zero(follow[0]) : zero(deviant));
+  }
+
   [[nodiscard]] bool deviates(int r) const noexcept { return ((deviants >> r) & 1U) != 0; }
   [[nodiscard]] std::string describe() const {
     std::string s;
@@ -255,7 +265,7 @@ template <class T>
 }
 template <class T>
 [[nodiscard]] T poison(std::size_t i) noexcept {
-  return static_cast<T>(200 + static_cast<int>(i % 37));
+  return static_cast<T>(std::size_t{200} + i % 37);
 }
 
 template <class T>
@@ -284,12 +294,22 @@ template <class T>
     return static_cast<T>(static_cast<T>(acc) / static_cast<T>(p));
 }
 
+/// The bits of a value, as an unsigned integer of its size.
+template <class T>
+auto bits_of(const T& v) noexcept {
+  if constexpr (sizeof(T) == 1)
+    return std::bit_cast<std::uint8_t>(v);
+  else if constexpr (sizeof(T) == 4)
+    return std::bit_cast<std::uint32_t>(v);
+  else
+    return std::bit_cast<std::uint64_t>(v);
+}
+
+/// True if got[i] equals want(i) bit for bit for every i.
 template <class T>
 [[nodiscard]] bool same(std::span<const T> got, auto&& want) {
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const T w = want(i);
-    if (std::memcmp(&got[i], &w, sizeof(T)) != 0) return false;
-  }
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (bits_of(got[i]) != bits_of(static_cast<T>(want(i)))) return false;
   return true;
 }
 
@@ -818,6 +838,7 @@ struct config {
   std::uint64_t seed = 1;
   std::chrono::milliseconds timeout{1000};
   std::vector<int> fields{0, 1, 2, 3, 4, 5};
+  std::vector<int> policies{0, 1, 2, 3, 4, 5, 6, 7};
   std::string json;
   long only = -1;
   bool expect_silent_control = false;
@@ -950,8 +971,13 @@ trial_desc draw_trial(const config& cfg, int transport, long index) {
   t.p = g.pick(cfg.nps);
   // One control trial in eight: no deviation, exact values.
   t.f = g.coin(8) ? field::control : static_cast<field>(g.pick(cfg.fields));
-  for (;;) {
-    t.policy = static_cast<int>(g.below(n_policies));
+  for (int attempt = 0;; ++attempt) {
+    if (attempt == 100000) {
+      std::fprintf(stderr, "tutti-mismatch: no %s trial fits --field and --policy\n",
+                   transport_names[static_cast<std::size_t>(transport)]);
+      std::exit(2);
+    }
+    t.policy = g.pick(cfg.policies);
     const unsigned m = caps(transport, t.policy);
     const auto colls = supported(m);
     if (colls.empty()) continue;
@@ -987,22 +1013,24 @@ trial_desc draw_trial(const config& cfg, int transport, long index) {
 
 struct tally {
   long trials = 0;
-  long raised_all = 0;
-  std::array<long, 7> by_code{};  // per rank raise, indexed by errc (1..6)
-  long other = 0;
-  long late = 0;     // trials where a rank returned from the mismatched call, raised at a later one
-  int max_late = 0;  // how many calls later, at most
-  long bad_peer = 0;  // a rank's error named the rank itself as the peer
-  long early = 0;     // trials where a rank raised in the last agreed call, before the mismatch
-  long silent = 0;    // a rank returned from the mismatched call (and, unless --strict, the next)
+  long slow = 0;                  // an agreed warm-up timed out: the trial was not judged
+  long raised_all = 0;            // every rank that made the mismatched call raised in it
+  long early = 0;                 // a rank raised in the last agreed call, aborted by the mismatch
+  std::array<long, 7> by_code{};  // ranks raising in the mismatched call, by errc (1..6)
+  long other = 0;                 // errors of another kind than the four expected
+  long late = 0;                  // a rank returned from the mismatched call, raised at a later one
+  int max_late = 0;               // how many calls later, at most
+  long undetectable = 0;          // see trial_desc::zero_count_native
+  long silent = 0;                // a wrong value, or a rank that never raised
   long hang = 0;
-  long broken = 0;  // a warm-up failed, a process crashed, an odd error
+  long bad_peer = 0;  // an error named the raising rank itself as the peer
+  long broken = 0;    // a warm-up failed, a process crashed, an odd error
   long long max_micros = 0;
 };
 
 struct verdict {
   bool silent = false, late = false, early = false, hang = false, broken = false, bad_peer = false,
-       raised_all = false;
+       undetectable = false, slow = false, raised_all = false;
   std::string why;
 };
 
@@ -1018,6 +1046,17 @@ verdict judge(const trial_desc& t, const world_report& rep, const world_result& 
     v.broken = true;
     append(v.why, " CRASH: ", res.crash_what);
   }
+  // An agreed warm-up that timed out means the machine was too slow for --timeout-ms (ranks
+  // outnumber cores; sanitizers): the trial says nothing about mismatches. Counted apart; the
+  // other ranks' warm-ups fail in its wake (lost peer, abort) and are not judged either.
+  for (int r = 0; r < t.p && !res.hang && !res.crash; ++r)
+    if (rep.r[r].warm_failed.load() != 0 &&
+        rep.r[r].warm_kind.load() == static_cast<int>(tutti::errc::timeout)) {
+      ++ty.slow;
+      v.slow = true;
+      v.why = append_str(" rank ", r, ": agreed warm-up timed out: ", rep.r[r].what);
+      return v;
+    }
   bool all = true;
   const std::uint64_t seq = t.warm.size() + 1;
   for (int r = 0; r < t.p; ++r) {
@@ -1076,6 +1115,8 @@ verdict judge(const trial_desc& t, const world_report& rep, const world_result& 
       if (m.wrong_value.load() != 0) {
         v.silent = true;
         append(v.why, who, "SILENT: a call returned normally with a wrong value;");
+      } else if (at == 0 && t.zero_count_native() && !strict) {
+        v.undetectable = true;
       } else if (at == 0) {
         v.silent = true;
         append(v.why, who, "SILENT: returned normally from the mismatched call and from all ",
@@ -1125,6 +1166,7 @@ verdict judge(const trial_desc& t, const world_report& rep, const world_result& 
   if (v.late) ++ty.late;
   if (v.early) ++ty.early;
   if (v.bad_peer) ++ty.bad_peer;
+  if (v.undetectable) ++ty.undetectable;
   if (v.hang) ++ty.hang;
   if (v.broken) ++ty.broken;
   return v;
@@ -1139,7 +1181,8 @@ verdict judge(const trial_desc& t, const world_report& rep, const world_result& 
       "usage: tutti-mismatch [--transport inproc|shm|gloo|all] [--np 2-8 | --np 2,4,7]\n"
       "                      [--trials N] [--seed S] [--timeout-ms T]\n"
       "                      [--field count|type|op|root|collective|missing|all] [--json FILE]\n"
-      "                      [--only K] [--strict] [--verbose]\n"
+      "                      [--policy automatic|ring|tree|recursive_halving|recursive_doubling|\n"
+      "                                direct|bruck|native|all] [--only K] [--strict] [--verbose]\n"
       "Randomised mismatched collective calls: every rank must raise tutti::error.\n"
       "  --trials N     trials per transport (default 100); one in eight is a control\n"
       "  --timeout-ms   the communicators' timeout (default 1000); the hard deadline is\n"
@@ -1204,6 +1247,12 @@ config parse(int argc, char** argv) {
       for (int f = 0; f < n_fields - 1; ++f)
         if (v == field_names[static_cast<std::size_t>(f)]) cfg.fields.push_back(f);
       if (cfg.fields.empty()) usage(append_str("unknown field ", v).c_str());
+    } else if (a == "--policy") {
+      if (v == "all") continue;
+      cfg.policies.clear();
+      for (int k = 0; k < n_policies; ++k)
+        if (v == policy_names[static_cast<std::size_t>(k)]) cfg.policies.push_back(k);
+      if (cfg.policies.empty()) usage(append_str("unknown policy ", v).c_str());
     } else if (a == "--json") {
       cfg.json = v;
     } else if (!number) {
@@ -1237,10 +1286,12 @@ std::string repro(const config& cfg, const trial_desc& t) {
   for (int n : cfg.nps) append(np, np.empty() ? "" : ",", n);
   std::string_view fields =
       cfg.fields.size() == 1 ? field_names[static_cast<std::size_t>(cfg.fields[0])] : "all";
+  std::string_view policies =
+      cfg.policies.size() == 1 ? policy_names[static_cast<std::size_t>(cfg.policies[0])] : "all";
   std::string s;
   append(s, "tutti-mismatch --transport ", transport_names[static_cast<std::size_t>(t.transport)],
-         " --np ", np, " --field ", fields, " --seed ", cfg.seed, " --timeout-ms ",
-         cfg.timeout.count(), " --only ", t.index,
+         " --np ", np, " --field ", fields, " --policy ", policies, " --seed ", cfg.seed,
+         " --timeout-ms ", cfg.timeout.count(), " --only ", t.index,
          cfg.expect_silent_control ? " --expect-silent-control" : "");
   return s;
 }
@@ -1288,9 +1339,10 @@ int main(int argc, char** argv) {
   munmap(mem, sizeof(world_report));
   const double secs = std::chrono::duration<double>(clock_type::now() - t_start).count();
 
-  std::printf("\n%-7s %-10s %6s %6s %5s %8s %7s %9s %7s %5s %6s %8s %6s %4s %7s %6s\n", "transp",
-              "field", "trials", "raised", "early", "mismatch", "timeout", "peer_lost", "aborted",
-              "late", "+calls", "max_ms", "SILENT", "HANG", "BADPEER", "BROKEN");
+  std::printf("\n%-7s %-10s %6s %4s %6s %5s %8s %7s %9s %7s %5s %6s %8s %5s %6s %4s %7s %6s\n",
+              "transp", "field", "trials", "slow", "raised", "early", "mismatch", "timeout",
+              "peer_lost", "aborted", "late", "+calls", "max_ms", "undet", "SILENT", "HANG",
+              "BADPEER", "BROKEN");
   long silent = 0, hang = 0, broken = 0, bad_peer = 0;
   std::string json;
   append(json, "{\"seed\": ", cfg.seed, ", \"timeout_ms\": ", cfg.timeout.count(), ", \"rows\": [");
@@ -1304,23 +1356,26 @@ int main(int argc, char** argv) {
       const char* fn = field_names[static_cast<std::size_t>(f)];
       const double ms = static_cast<double>(ty.max_micros) / 1000.0;
       std::printf(
-          "%-7s %-10s %6ld %6ld %5ld %8ld %7ld %9ld %7ld %5ld %6d %8.1f %6ld %4ld %7ld %6ld\n", xn,
-          fn, ty.trials, ty.raised_all, ty.early, code(tutti::errc::mismatch),
+          "%-7s %-10s %6ld %4ld %6ld %5ld %8ld %7ld %9ld %7ld %5ld %6d %8.1f %5ld %6ld %4ld %7ld "
+          "%6ld\n",
+          xn, fn, ty.trials, ty.slow, ty.raised_all, ty.early, code(tutti::errc::mismatch),
           code(tutti::errc::timeout), code(tutti::errc::peer_lost), code(tutti::errc::aborted),
-          ty.late, ty.max_late, ms, ty.silent, ty.hang, ty.bad_peer, ty.broken);
+          ty.late, ty.max_late, ms, ty.undetectable, ty.silent, ty.hang, ty.bad_peer, ty.broken);
       silent += ty.silent;
       hang += ty.hang;
       broken += ty.broken;
       bad_peer += ty.bad_peer;
       append(json, first_row ? "" : ", ", "{\"transport\": \"", xn, "\", \"field\": \"", fn,
-             "\", \"trials\": ", ty.trials, ", \"raised_everywhere\": ", ty.raised_all,
-             ", \"early\": ", ty.early, ", \"mismatch\": ", code(tutti::errc::mismatch),
+             "\", \"trials\": ", ty.trials, ", \"slow\": ", ty.slow,
+             ", \"raised_everywhere\": ", ty.raised_all, ", \"early\": ", ty.early,
+             ", \"mismatch\": ", code(tutti::errc::mismatch),
              ", \"timeout\": ", code(tutti::errc::timeout),
              ", \"peer_lost\": ", code(tutti::errc::peer_lost),
              ", \"aborted\": ", code(tutti::errc::aborted), ", \"late\": ", ty.late,
              ", \"late_calls_max\": ", ty.max_late, ", \"max_ms\": ", ms,
-             ", \"silent\": ", ty.silent, ", \"hang\": ", ty.hang, ", \"bad_peer\": ", ty.bad_peer,
-             ", \"broken\": ", ty.broken, "}");
+             ", \"undetectable\": ", ty.undetectable, ", \"silent\": ", ty.silent,
+             ", \"hang\": ", ty.hang, ", \"bad_peer\": ", ty.bad_peer, ", \"broken\": ", ty.broken,
+             "}");
       first_row = false;
     }
   append(json, "], \"failures\": ", failures, "}\n");
@@ -1335,7 +1390,9 @@ int main(int argc, char** argv) {
       "how many later, at most); mismatch..aborted: ranks raising each code in the mismatched\n"
       "call; max_ms: the longest time from entering it to raising. Control rows: no deviation;\n"
       "a control that raises or returns a wrong value counts as BROKEN. BADPEER: an error\n"
-      "named the raising rank itself as the peer.\n");
+      "named the raising rank itself as the peer. undet: trials no rank could detect by design\n"
+      "(native over gloo at count 0: nothing is exchanged; --strict counts them as SILENT).\n"
+      "slow: trials not judged because an agreed warm-up timed out (raise --timeout-ms).\n");
   std::printf("%.1f s\n", secs);
   if (failures == 0) {
     std::printf("tutti-mismatch: OK\n");
