@@ -20,7 +20,10 @@
 #   RUN_TIMEOUT (1800)              seconds allowed per run
 #   PRIO (unset)                    run every program under `chrt -f PRIO` (real-time FIFO, needs
 #                                   root or CAP_SYS_NICE): other work on the machine cannot
-#                                   preempt the ranks, which cuts the noise of a shared machine
+#                                   preempt the ranks, which cuts the noise of a shared machine.
+#                                   Only with ranks <= cores: a FIFO thread that busy-waits (Gloo's
+#                                   classic algorithms poll their sockets) keeps a rank that shares
+#                                   its core from ever running, and the run stalls
 # Exit status: 0; 1 if a run reported wrong results or failed; 2 on a usage/setup error.
 set -euo pipefail
 
