@@ -8,7 +8,8 @@
 //   kill   SIGKILL a random rank 0..--max-delay-ms after every rank reported ready. Every
 //          survivor must raise tutti::error naming it (peer() == victim) within --limit-ms.
 //   stop   SIGSTOP a random rank; with a short timeout (--stop-timeout-ms) every survivor must
-//          raise errc::timeout naming it; the stopped rank is then killed.
+//          raise errc::timeout (or the aborted / peer_lost a neighbour's timeout causes); which
+//          rank it names is counted (--require-naming: checked); the stopped rank is killed.
 //   store  rank 0 serves the tcp:// store and is killed during bootstrap; the other ranks start
 //          at random moments ("during") or only after it died ("early"), and each must raise a
 //          tutti::error that names the store or rank 0, within the store timeout.
@@ -19,7 +20,7 @@
 // (steady_clock), which every process on the host shares.
 //
 // inproc ranks are threads of one process and cannot be killed one by one: it is not a
-// transport of this harness (its abandoned-rank path is covered by tests/test_errors.cpp).
+// transport of this harness (a rank returning early is covered by tests/test_errors.cpp).
 
 #include <arpa/inet.h>
 #include <fcntl.h>
