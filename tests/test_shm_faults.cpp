@@ -312,8 +312,8 @@ TEST_CASE("an abort that follows a death names the dead rank, not the one that a
     }
     while (rep->died_ns == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::vector<int> v(10, 1);
-    const int rc = expect_error(rep.operator->(), r,
-                                [&] { comm.all_reduce(std::span<int>(v), tutti::sum); });
+    const int rc =
+        expect_error(rep.operator->(), r, [&] { comm.all_reduce(std::span<int>(v), tutti::sum); });
     return rc;
   });
   CHECK(WIFSIGNALED(status[2]));
