@@ -354,10 +354,13 @@ constexpr unsigned capabilities() {
 
 // ---- running one call --------------------------------------------------------------------
 
-/// Runs `d` on `comm` (waiting for it when async). Returns false if the call returned with a
-/// wrong value (checked only when `check`). A failing call raises.
+/// Runs `d` on `comm` (waiting for it when async, through `w`). Returns false if the call
+/// returned with a wrong value (checked only when `check`). A failing call raises. The caller
+/// keeps `w` until it has read the error: the progress thread may drop its reference to the
+/// exception last, and ThreadSanitizer cannot see libstdc++'s (uninstrumented) exception
+/// reference count order that after this thread's read.
 template <class T, class Comm>
-bool run_typed(Comm& comm, const call_desc& d, bool check) {
+bool run_typed(Comm& comm, const call_desc& d, bool check, tutti::work& w) {
   using A = typename Comm::algorithm_type;
   using X = typename Comm::transport_type;
   namespace det = tutti::detail;
@@ -365,7 +368,6 @@ bool run_typed(Comm& comm, const call_desc& d, bool check) {
   const auto up = static_cast<std::size_t>(p), me = static_cast<std::size_t>(rank);
   const std::size_t n = d.n;
   std::vector<T> in, out;
-  tutti::work w;
   const auto fill_in = [&](std::size_t len, int who) {
     in.resize(len);
     for (std::size_t i = 0; i < len; ++i) in[i] = input<T>(d, p, who, i);
@@ -533,18 +535,18 @@ bool run_typed(Comm& comm, const call_desc& d, bool check) {
 }
 
 template <class Comm>
-bool run_call(Comm& comm, const call_desc& d, bool check) {
+bool run_call(Comm& comm, const call_desc& d, bool check, tutti::work& w) {
   switch (d.type) {
     case 0:
-      return run_typed<float>(comm, d, check);
+      return run_typed<float>(comm, d, check, w);
     case 1:
-      return run_typed<double>(comm, d, check);
+      return run_typed<double>(comm, d, check, w);
     case 2:
-      return run_typed<std::int32_t>(comm, d, check);
+      return run_typed<std::int32_t>(comm, d, check, w);
     case 3:
-      return run_typed<std::int64_t>(comm, d, check);
+      return run_typed<std::int64_t>(comm, d, check, w);
     default:
-      return run_typed<std::uint8_t>(comm, d, check);
+      return run_typed<std::uint8_t>(comm, d, check, w);
   }
 }
 
@@ -572,9 +574,10 @@ void rank_body(Comm& comm, const trial_desc& t, world_report& rep, const setting
                clock_type::time_point start) {
   const int r = comm.rank();
   rank_report& me = rep.r[r];
+  tutti::work held;  // the last async call's handle, kept while its error is read
   try {
     for (const auto& w : t.warm)
-      if (!run_call(comm, w, true)) {
+      if (!run_call(comm, w, true, held)) {
         me.warm_failed = 1;
         copy_text(me.what, sizeof me.what,
                   append_str("wrong value in warm-up ", w.describe()).c_str());
@@ -605,7 +608,7 @@ void rank_body(Comm& comm, const trial_desc& t, world_report& rep, const setting
   const call_desc& mine = !dev ? t.base : (t.f == field::missing ? t.follow[0] : t.deviant);
   const auto t0 = clock_type::now();
   try {
-    const bool ok = run_call(comm, mine, true);
+    const bool ok = run_call(comm, mine, true, held);
     me.micros =
         std::chrono::duration_cast<std::chrono::microseconds>(clock_type::now() - t0).count();
     if (!ok) me.wrong_value = 1;
@@ -629,7 +632,7 @@ void rank_body(Comm& comm, const trial_desc& t, world_report& rep, const setting
   if (me.kind.load() == 0)
     for (std::size_t k = dev && t.f == field::missing ? 1 : 0; k < t.follow.size(); ++k) {
       try {
-        if (!run_call(comm, t.follow[k], true)) me.wrong_value = 1;
+        if (!run_call(comm, t.follow[k], true, held)) me.wrong_value = 1;
         me.follow_kind = 0;
         continue;
       } catch (const tutti::error& e) {
