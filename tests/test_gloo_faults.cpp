@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -176,4 +177,43 @@ TEST_CASE("send/recv after a collective: a slow peer is not a mismatch") {
   temp_dir dir;
   check_slow_send_after_collective(
       [&](int r, const tutti::options& o) { return join(dir, r, 2, o); });
+}
+
+TEST_CASE("a survivor waiting to send to a killed rank raises naming it; SIGPIPE kills nobody") {
+  // Rank 0 dies while rank 1 sends it a 16 MiB message it never receives ("send"), or streams
+  // small messages into its socket ("writes": SIGPIPE is at its default action, which would end
+  // rank 1 if a write reached the broken socket unblocked), or runs Gloo's own all_reduce with it
+  // ("native": Gloo's error names only an address; tutti finds the rank whose connection
+  // closed). The random harness (faults.kill_gloo) also covers a send that Gloo leaves waiting.
+  for (const char* what : {"send", "writes", "native"}) {
+    CAPTURE(what);
+    shared_report rep;
+    temp_dir dir;
+    const std::string w = what;
+    const auto status = run_ranks(2, [&](int r) {
+      auto comm = w == "native" ? std::optional<tutti::communicator<tutti::gloo, tutti::native>>(
+                                      join<tutti::native>(dir, r, 2))
+                                : std::nullopt;
+      auto p2p = join(dir, r, 2);
+      rep->pids[r] = getpid();
+      std::vector<float> v(std::size_t{1} << 22, 1.0f);  // 16 MiB
+      if (r == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        rep->died_ns = now_ns();
+        raise(SIGKILL);
+      }
+      return expect_error(rep.operator->(), r, [&] {
+        if (w == "send") p2p.send(std::span<const float>(v), 0, 7);
+        if (w == "writes")
+          for (int i = 0;; ++i) p2p.send(std::span<const float>(v.data(), 16), 0, i);
+        if (w == "native") comm->all_reduce(std::span<float>(v), tutti::sum);
+      });
+    });
+    CHECK(WIFSIGNALED(status[0]));
+    CHECK(exited_with(status[1], 0));  // not killed by SIGPIPE
+    CHECK(rep->kind[1] == static_cast<int>(tutti::errc::peer_lost));
+    CHECK(rep->peer[1] == 0);
+    const double seconds = double(rep->caught_ns[1] - rep->died_ns) * 1e-9;
+    CHECK(seconds < 1.0);
+  }
 }

@@ -39,6 +39,8 @@ namespace tutti::detail {
 inline constexpr std::uint64_t gloo_slot_mask = (std::uint64_t{1} << 56) - 1;
 inline constexpr std::uint64_t gloo_collective_prefix = std::uint64_t{0x74} << 56;
 inline constexpr std::uint64_t gloo_p2p_prefix = std::uint64_t{0x75} << 56;
+/// The slot of each rank's sentinel receives (tutti::gloo): nothing is ever sent on it.
+inline constexpr std::uint64_t gloo_sentinel_slot = std::uint64_t{0x76} << 56;
 
 /// The slot a message travels on. Everything both ends must agree on goes into it — the call's
 /// sequence number and fingerprint and the message's size for collectives; the tag, element

@@ -24,8 +24,12 @@
 #error "tutti::gloo needs a Gloo built with its TCP transport"
 #endif
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -155,9 +159,52 @@ class gloo_waker {
   std::thread th_;  // last: starts once the rest exists
 };
 
+/// Keeps SIGPIPE from killing the process while Gloo writes on this thread: Gloo writes to its
+/// sockets with writev (no MSG_NOSIGNAL), and a write to a peer that died raises SIGPIPE, whose
+/// default action ends the process; with it blocked the write fails with EPIPE, which Gloo
+/// reports and tutti turns into errc::peer_lost. Blocks it on this thread for the guard's life
+/// and discards a SIGPIPE that arrived meanwhile. Threads started meanwhile (Gloo's loop
+/// thread, created with the device) keep it blocked for good. The process's disposition is
+/// never changed.
+class sigpipe_guard {
+ public:
+  sigpipe_guard() noexcept {
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, &old_);
+    sigset_t pending;
+    sigemptyset(&pending);
+    had_ = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+  }
+  sigpipe_guard(const sigpipe_guard&) = delete;
+  sigpipe_guard& operator=(const sigpipe_guard&) = delete;
+  ~sigpipe_guard() {
+    sigset_t pending;
+    sigemptyset(&pending);
+    if (!had_ && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
+      sigset_t pipe;
+      sigemptyset(&pipe);
+      sigaddset(&pipe, SIGPIPE);
+      const timespec now{0, 0};
+      while (sigtimedwait(&pipe, nullptr, &now) == -1 && errno == EINTR) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t old_{};
+  bool had_ = false;
+};
+
 struct gloo_state {
   std::shared_ptr<bootstrap::store> store;  // rendezvous, then abort and call records
   std::string prefix;                       // "tutti/gloo/<n>/"
+  /// One zero-byte receive per peer, posted once the world is connected, on a slot nobody sends
+  /// to: Gloo fails it when that peer's connection closes, which is how a rank learns that a
+  /// peer it only sends to has died (Gloo leaves a pending send waiting). Destroyed after ctx.
+  std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> sentinels;
   std::shared_ptr<::gloo::transport::Device> device;
   std::shared_ptr<::gloo::rendezvous::Context> ctx;
   int rank = 0;
@@ -577,6 +624,7 @@ class gloo {
       why = "loopback: every rank is on this host";
     }
     try {
+      const detail::sigpipe_guard no_sigpipe;  // also for Gloo's loop thread, started here
       s->device = ::gloo::transport::tcp::CreateDevice(attr);
       s->address = s->device->str();
       if (detail::debug_info())
@@ -586,6 +634,13 @@ class gloo {
       s->ctx->setTimeout(opts.timeout);
       detail::gloo_store_adapter adapter(*s->store, s->prefix, opts.timeout);
       s->ctx->connectFullMesh(adapter, s->device);
+      s->sentinels.resize(static_cast<std::size_t>(size));
+      for (int q = 0; q < size; ++q) {
+        if (q == rank) continue;
+        auto& b = s->sentinels[static_cast<std::size_t>(q)];
+        b = s->ctx->createUnboundBuffer(&s->dummy, 0);
+        b->recv(q, detail::gloo_sentinel_slot, 0, 0);
+      }
     } catch (const error&) {
       throw;
     } catch (const std::exception& e) {
@@ -613,6 +668,7 @@ class gloo {
     const std::size_t parts = bytes == 0 ? 1 : (bytes + r.part_bytes_ - 1) / r.part_bytes_;
     r.parts_.reserve(parts);
     try {
+      const detail::sigpipe_guard no_sigpipe;
       for (std::size_t i = 0; i < parts; ++i) {
         const std::size_t at = i * r.part_bytes_;
         const std::size_t n = std::min(r.part_bytes_, bytes - at);
@@ -641,6 +697,7 @@ class gloo {
       std::byte b[16];
     };
     try {
+      const detail::sigpipe_guard no_sigpipe;
       switch (c.elem_size) {
         case 1:
           f(std::uint8_t{});
@@ -667,7 +724,30 @@ class gloo {
         abort_world(st, {errc::timeout, rank(), -1, "rank " + std::to_string(rank()) + " " + text});
         throw error(errc::timeout, c.name_str(), c.seq, rank(), -1, text);
       }
-      lost(c, -1, what);
+      lost(c, dead_peer(), what);
+    }
+  }
+
+  /// A peer whose connection Gloo has seen close (its sentinel receive failed), else -1.
+  [[nodiscard]] int dead_peer() noexcept {
+    for (int q = 0; q < size(); ++q)
+      if (q != rank() && connection_closed(q)) return q;
+    return -1;
+  }
+
+  /// Whether Gloo has seen the connection to `peer` close: its sentinel receive (which never
+  /// completes otherwise) has failed. Does not block: the wait is aborted before it starts.
+  [[nodiscard]] bool connection_closed(int peer) noexcept {
+    auto& st = *s_;
+    if (peer < 0 || static_cast<std::size_t>(peer) >= st.sentinels.size()) return false;
+    auto& b = st.sentinels[static_cast<std::size_t>(peer)];
+    if (!b) return true;  // failed before
+    try {
+      b->abortWaitRecv();
+      (void)b->waitRecv(nullptr, std::chrono::hours(1));
+      return false;
+    } catch (...) {
+      return true;
     }
   }
 
@@ -732,6 +812,10 @@ class gloo {
   void poll(const detail::call& c, detail::clock::time_point deadline, int peer) {
     auto& st = *s_;
     if (auto rec = read_abort(); rec && rec->writer != rank()) raise_recorded(c, *rec);
+    // Gloo wakes a receive whose connection closed, not a send waiting for the peer to post
+    // its receive: ask the sentinel.
+    if (peer >= 0 && connection_closed(peer))
+      lost(c, peer, "its connection closed while this rank waited to send to it");
     const bool collective = c.compared();
     std::string theirs_text;
     if (collective) {
