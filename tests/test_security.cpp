@@ -11,12 +11,14 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 #include <span>
@@ -382,9 +384,14 @@ TEST_CASE("shm segments: random names, created exclusively with mode 0600") {
   std::set<std::string> names;
   for (int i = 0; i < 64; ++i) {
     const std::string n = td::shm_random_name(0);
-    REQUIRE(n.size() == 39);
     CHECK(n.rfind("/tutti-", 0) == 0);
-    CHECK(n.find_first_not_of("0123456789abcdef", 7) == std::string::npos);
+    const auto parts = td::shm_parse_name(n);
+    REQUIRE(parts.has_value());
+    CHECK(parts->pid == ::getpid());
+    CHECK(parts->pid_ns == td::shm_pid_namespace());
+    const std::string random = n.substr(n.rfind('-') + 1);  // 128 bits from getrandom
+    CHECK(random.size() == 32);
+    CHECK(random.find_first_not_of("0123456789abcdef") == std::string::npos);
     names.insert(n);
   }
   CHECK(names.size() == 64);
@@ -416,4 +423,54 @@ TEST_CASE("shm segments: random names, created exclusively with mode 0600") {
   auto [attached, layout] = td::shm_attach(name, 1, 2);
   CHECK(layout.total_bytes() == l.total_bytes());
   CHECK(::shm_unlink(name.c_str()) == 0);
+}
+
+TEST_CASE("shm segment names: parsed strictly; a segment whose creator died is swept") {
+  const std::string ns = [] {
+    char b[17];
+    std::snprintf(b, sizeof b, "%llx", td::shm_pid_namespace());
+    return std::string(b);
+  }();
+  const std::string r32(32, 'a');
+  CHECK(td::shm_parse_name("/tutti-" + ns + "-42-" + r32).has_value());
+  CHECK(td::shm_parse_name("tutti-" + ns + "-42-" + r32).has_value());  // as readdir gives it
+  CHECK(td::shm_parse_name("/tutti-" + ns + "-42-" + r32)->pid == 42);
+  for (const std::string& bad :
+       {"/tutti-" + ns + "-42-" + r32 + "0", "/tutti-" + ns + "-42-" + std::string(32, 'g'),
+        "/tutti-" + ns + "-0-" + r32, "/tutti-" + ns + "--" + r32, "/tutti-" + ns + "-x1-" + r32,
+        "/tutti-" + ns + "-4294967296-" + r32, "/tutti--42-" + r32, "/tutti-" + r32,
+        "/other-" + ns + "-42-" + r32, std::string("/tutti-")})
+    CHECK_FALSE(td::shm_parse_name(bad).has_value());
+  // An attach refuses a name that is not a segment's.
+  CHECK_THROWS_AS((void)td::shm_attach("/tutti-" + r32, 1, 2), tutti::error);
+
+  // A child creates a segment and dies without unlinking it (rank 0 killed before publishing
+  // the name): the sweep removes it, and leaves a live creator's segment alone.
+  const td::shm_layout l{2, 4096, 4096};
+  int pipe_fd[2];
+  REQUIRE(::pipe(pipe_fd) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::close(pipe_fd[0]);
+    const std::string n = td::shm_random_name(0);
+    auto m = td::shm_create(n, l);
+    (void)!::write(pipe_fd[1], n.data(), n.size());
+    ::_exit(0);  // the mapping goes with the process, the name stays
+  }
+  ::close(pipe_fd[1]);
+  char buf[128] = {};
+  const ssize_t got = ::read(pipe_fd[0], buf, sizeof buf - 1);
+  ::close(pipe_fd[0]);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(got > 0);
+  const std::string orphan(buf, static_cast<std::size_t>(got));
+  const std::string mine = td::shm_random_name(0);
+  auto keep = td::shm_create(mine, l);
+  CHECK(::access(("/dev/shm" + orphan).c_str(), F_OK) == 0);
+  CHECK(td::shm_sweep_orphans() >= 1);
+  CHECK(::access(("/dev/shm" + orphan).c_str(), F_OK) != 0);
+  CHECK(::access(("/dev/shm" + mine).c_str(), F_OK) == 0);  // its creator (this process) lives
+  ::shm_unlink(mine.c_str());
 }

@@ -123,7 +123,7 @@ TEST_CASE("the segment: mode 0600, a random name, gone from /dev/shm once all at
     for (std::string line; std::getline(maps, line);) {
       const auto at = line.find("/dev/shm/tutti-");
       if (at != std::string::npos && line.find("(deleted)") == std::string::npos)
-        seg = line.substr(at + 9, 38);
+        seg = line.substr(at + 9, line.find_first_of(" \n", at) - at - 9);
     }
     if (seg.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
@@ -132,8 +132,8 @@ TEST_CASE("the segment: mode 0600, a random name, gone from /dev/shm once all at
   REQUIRE(stat(("/dev/shm/" + seg).c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0600);
   CHECK(st.st_uid == geteuid());
-  CHECK(seg.size() == 6 + 32);
-  CHECK(seg.find_first_not_of("0123456789abcdef", 6) == std::string::npos);
+  CHECK(tutti::detail::shm_parse_name(seg).has_value());  // tutti-<ns>-<pid>-<32 hex>
+  CHECK(seg.substr(seg.rfind('-') + 1).size() == 32);
   {
     auto comm = tutti::communicator<tutti::shm>::from_url(url, 1, 2);
     CHECK("/" + seg == comm.transport().segment_name());
@@ -337,7 +337,7 @@ TEST_CASE("rank 0 killed while the world forms: a rank that attached removes the
         std::ifstream maps("/proc/" + std::to_string(rep->pids[0]) + "/maps");
         for (std::string line; std::getline(maps, line);) {
           const auto at = line.find("/dev/shm/tutti-");
-          if (at != std::string::npos) seg = line.substr(at + 8, 39);
+          if (at != std::string::npos) seg = line.substr(at + 8, line.find_first_of(" \n", at) - at - 8);
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
       }

@@ -3,11 +3,13 @@
 /// Creating, attaching and unlinking tutti::shm's POSIX shared-memory object, and watching
 /// the processes that attached to it.
 ///
-/// Rank 0 creates the object with mode 0600 under a random 128-bit name and publishes the name
+/// Rank 0 creates the object with mode 0600 under a name with 128 random bits (and its pid, so
+/// that a segment whose creator died can be swept) and publishes the name
 /// through a rendezvous (a store); the others open it, check its owner, mode and geometry,
 /// and attach. The rank whose attach completes the world unlinks the name at once, so from
 /// then on nothing is left in /dev/shm whatever happens to the processes.
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -18,12 +20,16 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -41,7 +47,45 @@ namespace tutti::detail {
   shm_fail(errc::transport_failure, rank, what + ": " + std::generic_category().message(err));
 }
 
-/// A fresh unguessable object name: "/tutti-" and 32 hex digits from getrandom(2).
+/// This process's PID namespace: the inode number of /proc/self/ns/pid, 0 where unknown.
+[[nodiscard]] inline unsigned long long shm_pid_namespace() noexcept {
+  struct stat st {};
+  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<unsigned long long>(st.st_ino) : 0;
+}
+
+/// What a segment's name says of its creator.
+struct shm_name_parts {
+  unsigned long long pid_ns = 0;
+  long long pid = 0;
+};
+
+/// Parses a segment name, "/tutti-<PID namespace, hex>-<creator pid>-<32 hex digits>" (the
+/// leading "/" optional, as readdir gives it); nullopt for anything else.
+[[nodiscard]] inline std::optional<shm_name_parts> shm_parse_name(std::string_view name) noexcept {
+  if (!name.empty() && name.front() == '/') name.remove_prefix(1);
+  constexpr std::string_view prefix = "tutti-";
+  if (name.substr(0, prefix.size()) != prefix) return std::nullopt;
+  name.remove_prefix(prefix.size());
+  auto field = [&](int base, unsigned long long& out) {
+    const auto dash = name.find('-');
+    if (dash == std::string_view::npos || dash == 0 || dash > 16) return false;
+    const auto [end, ec] = std::from_chars(name.data(), name.data() + dash, out, base);
+    if (ec != std::errc{} || end != name.data() + dash) return false;
+    name.remove_prefix(dash + 1);
+    return true;
+  };
+  shm_name_parts parts;
+  unsigned long long pid = 0;
+  if (!field(16, parts.pid_ns) || !field(10, pid) || pid == 0 || pid > 0x7fffffff ||
+      name.size() != 32 || name.find_first_not_of("0123456789abcdef") != std::string_view::npos)
+    return std::nullopt;
+  parts.pid = static_cast<long long>(pid);
+  return parts;
+}
+
+/// A fresh name for rank 0's segment: "/tutti-<PID namespace>-<pid>-" and 32 hex digits from
+/// getrandom(2). The 128 random bits keep it unguessable; namespace and pid let
+/// shm_sweep_orphans tell a segment whose creator died.
 [[nodiscard]] inline std::string shm_random_name(int rank) {
   unsigned char bytes[16];
   std::size_t got = 0;
@@ -54,12 +98,41 @@ namespace tutti::detail {
     got += static_cast<std::size_t>(n);
   }
   static constexpr char hex[] = "0123456789abcdef";
-  std::string name = "/tutti-";
+  char ns[17];
+  std::snprintf(ns, sizeof ns, "%llx", shm_pid_namespace());
+  std::string name = "/tutti-" + std::string(ns) + "-" + std::to_string(::getpid()) + "-";
   for (unsigned char b : bytes) {
     name += hex[b >> 4];
     name += hex[b & 15];
   }
   return name;
+}
+
+/// Removes this user's segments in /dev/shm whose creator, a process of this PID namespace,
+/// no longer exists; returns how many. A world whose rank 0 died after creating its segment
+/// but before any peer learned the name leaves one that no survivor can name: the peers sweep
+/// when their bootstrap fails, and rank 0 before it creates a segment. A creator in another
+/// PID namespace (a container sharing /dev/shm) cannot be judged and is left alone.
+inline int shm_sweep_orphans() noexcept {
+  const unsigned long long ns = shm_pid_namespace();
+  if (ns == 0) return 0;
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return 0;
+  int removed = 0;
+  const uid_t me = ::geteuid();
+  while (const dirent* e = ::readdir(dir)) {
+    const auto parts = shm_parse_name(e->d_name);
+    if (!parts || parts->pid_ns != ns) continue;
+    struct stat st {};
+    if (::fstatat(::dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !S_ISREG(st.st_mode) || st.st_uid != me)
+      continue;
+    if (::kill(static_cast<pid_t>(parts->pid), 0) == 0 || errno != ESRCH) continue;  // alive
+    const std::string name = std::string("/") + e->d_name;
+    if (::shm_unlink(name.c_str()) == 0) ++removed;
+  }
+  ::closedir(dir);
+  return removed;
 }
 
 /// An mmap'ed segment; unmapped on destruction.
@@ -143,7 +216,7 @@ class shm_mapping {
 /// Opens the object rank 0 created, checks it is ours and made for `ranks` ranks.
 [[nodiscard]] inline std::pair<shm_mapping, shm_layout> shm_attach(const std::string& name,
                                                                    int rank, int ranks) {
-  if (name.rfind("/tutti-", 0) != 0 || name.size() != 39)
+  if (name.empty() || name.front() != '/' || !shm_parse_name(name))
     shm_fail(errc::transport_failure, rank, "rendezvous returned a malformed segment name");
   unique_fd fd(::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
   if (fd.get() < 0) shm_fail_errno(rank, "shm_open(" + name + ")", errno);

@@ -347,8 +347,10 @@ class shm {
                       " ranks here; use tutti::gloo across hosts");
     const std::string key = next_key();
     if (!w.master_addr.empty() && w.master_port > 0 && !w.agent_store) {
-      auto st = bootstrap::env_store(w.rank, opts.timeout, opts.store_token);
-      return join_through(*st, key, w.rank, w.size, opts);
+      return sweeping_on_failure(w.rank, [&] {
+        auto st = bootstrap::env_store(w.rank, opts.timeout, opts.store_token);
+        return join_through(*st, key, w.rank, w.size, opts);
+      });
     }
     const std::string path =
         bootstrap::private_dir() + "/" + bootstrap::local_job_key() + "." + key.substr(10);
@@ -360,11 +362,26 @@ class shm {
 
   /// This rank's endpoint, meeting the others through the store an init URL names
   /// (`tcp://host:port` — rank 0 serves —, `file:///path`, `env://`).
+  /// Runs a bootstrap; if it fails on a rank other than 0, removes the segments whose creator
+  /// died (rank 0 may have died after creating its segment, before anyone learned the name,
+  /// e.g. with the tcp:// store it served) before passing the error on.
+  template <class F>
+  static shm sweeping_on_failure(int rank, F&& f) {
+    try {
+      return f();
+    } catch (...) {
+      if (rank != 0) (void)detail::shm_sweep_orphans();
+      throw;
+    }
+  }
+
   [[nodiscard]] static shm from_url(std::string_view url, int rank, int size,
                                     const options& opts = {}) {
     const auto u = bootstrap::parse_init_url(url);
-    auto st = bootstrap::make_store(u, rank, opts.timeout, opts.store_token);
-    return join_through(*st, next_key(), rank, size, opts);
+    return sweeping_on_failure(rank, [&] {
+      auto st = bootstrap::make_store(u, rank, opts.timeout, opts.store_token);
+      return join_through(*st, next_key(), rank, size, opts);
+    });
   }
 
   /// Creates (rank 0) or attaches to the segment and waits until all `size` ranks attached,
@@ -472,6 +489,7 @@ shm shm::join(int rank, int size, Publish&& publish, Fetch&& fetch, const option
   detail::shm_mapping map;
   detail::shm_layout layout;
   if (rank == 0) {
+    (void)detail::shm_sweep_orphans();  // segments of earlier worlds whose rank 0 died early
     layout = detail::shm_default_layout(size);
     name = detail::shm_random_name(rank);
     map = detail::shm_create(name, layout);
@@ -482,7 +500,14 @@ shm shm::join(int rank, int size, Publish&& publish, Fetch&& fetch, const option
       throw;
     }
   } else {
-    name = fetch();
+    try {
+      name = fetch();
+    } catch (...) {
+      // Rank 0 may have died after creating the segment, before publishing its name: nobody
+      // can name it now, so remove every segment whose creator is gone.
+      (void)detail::shm_sweep_orphans();
+      throw;
+    }
     std::tie(map, layout) = detail::shm_attach(name, rank, size);
   }
   auto st = std::make_shared<detail::shm_state>(std::move(map), layout, rank, size);
