@@ -38,6 +38,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -135,6 +136,20 @@ class gloo_waker {
     buf_ = nullptr;
   }
 
+  /// What to run every tick while a Gloo collective runs (tutti::native): Gloo waits inside it
+  /// with no slices, so this is how a dead peer it leaves a send waiting on gets noticed.
+  void set_watch(std::function<void()> f) {
+    std::lock_guard lock(mu_);
+    watch_ = std::move(f);
+  }
+  /// Starts (true) or stops the ticks' watch; stopping returns once a running tick is done, so
+  /// what the watch touches is the caller's again.
+  void watching(bool on) {
+    std::unique_lock lock(mu_);
+    watching_ = on;
+    if (!on) idle_.wait(lock, [&] { return !ticking_; });
+  }
+
  private:
   void run() {
     std::unique_lock lock(mu_);
@@ -147,12 +162,24 @@ class gloo_waker {
           buf_->abortWaitRecv();
         buf_ = nullptr;
       }
+      if (watching_ && watch_) {
+        ticking_ = true;
+        lock.unlock();
+        watch_();
+        lock.lock();
+        ticking_ = false;
+        idle_.notify_all();
+      }
     }
   }
 
   std::mutex mu_;
   std::condition_variable cv_;
+  std::condition_variable idle_;
   ::gloo::transport::UnboundBuffer* buf_ = nullptr;
+  std::function<void()> watch_;
+  bool watching_ = false;
+  bool ticking_ = false;
   bool is_send_ = false;
   bool stop_ = false;
   clock::time_point due_{};
@@ -641,6 +668,28 @@ class gloo {
         b = s->ctx->createUnboundBuffer(&s->dummy, 0);
         b->recv(q, detail::gloo_sentinel_slot, 0, 0);
       }
+      // While Gloo runs one of its collectives: a peer whose connection closed aborts the world
+      // (closing this rank's connections too), so the collective fails at once.
+      // A rank that aborts records why before it closes its connections: a closed connection
+      // with a record behind it is that rank's abort (its cause stands), without one a death.
+      s->waker.set_watch([st = s.get()] {
+        if (st->aborted) return;
+        if (auto rec = recorded_abort(*st); rec && rec->writer != st->rank) {
+          abort_world(*st, *rec, false);  // another rank failed: so does this call, at once
+          return;
+        }
+        for (int q = 0; q < st->size; ++q) {
+          if (q == st->rank || !sentinel_closed(*st, q)) continue;
+          if (auto rec = recorded_abort(*st)) {
+            abort_world(*st, *rec, false);
+          } else {
+            abort_world(*st, {errc::peer_lost, st->rank, q,
+                              "rank " + std::to_string(q) +
+                                  " closed its connection (its process exited or was killed)"});
+          }
+          return;
+        }
+      });
     } catch (const error&) {
       throw;
     } catch (const std::exception& e) {
@@ -698,6 +747,13 @@ class gloo {
     };
     try {
       const detail::sigpipe_guard no_sigpipe;
+      struct watch_guard {
+        detail::gloo_waker& w;
+        explicit watch_guard(detail::gloo_waker& waker) : w(waker) { w.watching(true); }
+        watch_guard(const watch_guard&) = delete;
+        watch_guard& operator=(const watch_guard&) = delete;
+        ~watch_guard() { w.watching(false); }
+      } const watching(st.waker);
       switch (c.elem_size) {
         case 1:
           f(std::uint8_t{});
@@ -737,8 +793,8 @@ class gloo {
 
   /// Whether Gloo has seen the connection to `peer` close: its sentinel receive (which never
   /// completes otherwise) has failed. Does not block: the wait is aborted before it starts.
-  [[nodiscard]] bool connection_closed(int peer) noexcept {
-    auto& st = *s_;
+  [[nodiscard]] bool connection_closed(int peer) noexcept { return sentinel_closed(*s_, peer); }
+  [[nodiscard]] static bool sentinel_closed(detail::gloo_state& st, int peer) noexcept {
     if (peer < 0 || static_cast<std::size_t>(peer) >= st.sentinels.size()) return false;
     auto& b = st.sentinels[static_cast<std::size_t>(peer)];
     if (!b) return true;  // failed before
@@ -769,7 +825,12 @@ class gloo {
   /// rank aborted the world, raises its reason; else the peer is gone: errc::peer_lost.
   [[noreturn]] void lost(const detail::call& c, int peer, const std::string& gloo_what) {
     auto& st = *s_;
-    if (auto rec = read_abort(); rec && rec->writer != rank()) raise_recorded(c, *rec);
+    if (auto rec = read_abort(); rec && rec->writer != rank()) {
+      raise_recorded(c, *rec);
+    } else if (rec && st.aborted && rec->code == errc::peer_lost) {
+      // This rank's native watch saw the peer go and closed the connections.
+      throw error(errc::peer_lost, c.name_str(), c.seq, rank(), rec->subject, rec->what);
+    }
     if (st.aborted) raise_aborted(c, peer);
     const std::string who = peer >= 0 ? "rank " + std::to_string(peer) : "a peer";
     const std::string text =
@@ -798,9 +859,12 @@ class gloo {
   }
 
   [[nodiscard]] std::optional<detail::gloo_abort_record> read_abort() noexcept {
+    return recorded_abort(*s_);
+  }
+  [[nodiscard]] static std::optional<detail::gloo_abort_record> recorded_abort(
+      detail::gloo_state& st) noexcept {
     try {
-      const std::string v =
-          s_->store->get_string(s_->prefix + "abort", std::chrono::milliseconds(0));
+      const std::string v = st.store->get_string(st.prefix + "abort", std::chrono::milliseconds(0));
       return detail::gloo_abort_record::decode(v);
     } catch (...) {
       return std::nullopt;  // no record, or the store is gone with its rank
