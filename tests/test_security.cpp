@@ -432,17 +432,29 @@ TEST_CASE("shm segment names: parsed strictly; a segment whose creator died is s
     return std::string(b);
   }();
   const std::string r32(32, 'a');
-  CHECK(td::shm_parse_name("/tutti-" + ns + "-42-" + r32).has_value());
-  CHECK(td::shm_parse_name("tutti-" + ns + "-42-" + r32).has_value());  // as readdir gives it
-  CHECK(td::shm_parse_name("/tutti-" + ns + "-42-" + r32)->pid == 42);
+  // "<head>-<ns>-<pid>-<tail>", each part as given.
+  auto name = [](std::string_view head, std::string_view nspace, std::string_view pid,
+                 std::string_view tail) {
+    std::string n(head);
+    n += nspace;
+    n += '-';
+    n += pid;
+    n += '-';
+    n += tail;
+    return n;
+  };
+  CHECK(td::shm_parse_name(name("/tutti-", ns, "42", r32)).has_value());
+  CHECK(td::shm_parse_name(name("tutti-", ns, "42", r32)).has_value());  // as readdir gives it
+  CHECK(td::shm_parse_name(name("/tutti-", ns, "42", r32))->pid == 42);
+  const std::string r33(33, 'a'), g32(32, 'g');
   for (const std::string& bad :
-       {"/tutti-" + ns + "-42-" + r32 + "0", "/tutti-" + ns + "-42-" + std::string(32, 'g'),
-        "/tutti-" + ns + "-0-" + r32, "/tutti-" + ns + "--" + r32, "/tutti-" + ns + "-x1-" + r32,
-        "/tutti-" + ns + "-4294967296-" + r32, "/tutti--42-" + r32, "/tutti-" + r32,
-        "/other-" + ns + "-42-" + r32, std::string("/tutti-")})
+       {name("/tutti-", ns, "42", r33), name("/tutti-", ns, "42", g32),
+        name("/tutti-", ns, "0", r32), name("/tutti-", ns, "", r32), name("/tutti-", ns, "x1", r32),
+        name("/tutti-", ns, "4294967296", r32), name("/tutti-", "", "42", r32),
+        name("/other-", ns, "42", r32), std::string("/tutti-") + r32, std::string("/tutti-")})
     CHECK_FALSE(td::shm_parse_name(bad).has_value());
   // An attach refuses a name that is not a segment's.
-  CHECK_THROWS_AS((void)td::shm_attach("/tutti-" + r32, 1, 2), tutti::error);
+  CHECK_THROWS_AS((void)td::shm_attach(std::string("/tutti-") + r32, 1, 2), tutti::error);
 
   // A child creates a segment and dies without unlinking it (rank 0 killed before publishing
   // the name): the sweep removes it, and leaves a live creator's segment alone.

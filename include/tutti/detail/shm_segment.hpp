@@ -124,8 +124,8 @@ inline int shm_sweep_orphans() noexcept {
     const auto parts = shm_parse_name(e->d_name);
     if (!parts || parts->pid_ns != ns) continue;
     struct stat st {};
-    if (::fstatat(::dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-        !S_ISREG(st.st_mode) || st.st_uid != me)
+    if (::fstatat(::dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_uid != me)
       continue;
     if (::kill(static_cast<pid_t>(parts->pid), 0) == 0 || errno != ESRCH) continue;  // alive
     const std::string name = std::string("/") + e->d_name;
