@@ -223,4 +223,52 @@ void check_slow_send_after_collective(Make&& make) {
   CHECK(exited_with(status[1], 0));
 }
 
+/// Four ranks loop over all_reduce; rank 2 stops itself (SIGSTOP) at its call 50. Every other
+/// rank must raise timeout naming rank 2, whoever it waited on, between its 500 ms timeout and
+/// 5 s after the stop; then rank 0 kills rank 2 (SIGKILL ends a stopped process) and all are
+/// reaped. `make(rank, opts)` builds a rank's communicator.
+template <class Make>
+void check_stopped_rank(Make&& make) {
+  constexpr int n = 4;
+  constexpr int victim = 2;
+  shared_report rep;
+  const auto status = run_ranks(
+      n,
+      [&](int r) {
+        tutti::options opts;
+        opts.timeout = std::chrono::milliseconds(500);
+        auto comm = make(r, opts);
+        rep->pids[r] = getpid();
+        std::vector<float> v(4096, 1.0f);
+        const int rc = expect_error(rep.operator->(), r, [&] {
+          for (int i = 0;; ++i) {
+            if (r == victim && i == 50) {
+              rep->died_ns = now_ns();
+              raise(SIGSTOP);
+            }
+            comm.all_reduce(std::span<float>(v), tutti::max);
+          }
+        });
+        if (r == 0) {  // once every survivor raised (or 10 s passed), end the stopped rank
+          const auto until = clock_type::now() + std::chrono::seconds(10);
+          while ((rep->kind[1] == 0 || rep->kind[3] == 0) && clock_type::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          kill(rep->pids[victim], SIGKILL);
+        }
+        return rc;
+      },
+      std::chrono::seconds(30));
+  CHECK((WIFSIGNALED(status[victim]) && WTERMSIG(status[victim]) == SIGKILL));
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
+    CAPTURE(r);
+    CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
+    CHECK(rep->kind[r] == static_cast<int>(tutti::errc::timeout));
+    CHECK(rep->peer[r] == victim);
+    const double seconds = double(rep->caught_ns[r] - rep->died_ns) * 1e-9;
+    CHECK(seconds >= 0.0);
+    CHECK(seconds < 5.0);
+  }
+}
+
 }  // namespace fork_ranks

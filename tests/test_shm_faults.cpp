@@ -175,6 +175,23 @@ TEST_CASE("a rank that never calls: the others time out at their deadline") {
   });
 }
 
+TEST_CASE("a stopped rank (SIGSTOP): every other rank times out naming it, not a neighbour") {
+  // Found by tutti-faults --mode stop: ranks waiting on a live neighbour named that neighbour,
+  // or -1 in direct's shared-segment waits. The stopped rank's beat stands still.
+  SUBCASE("ring") {
+    temp_dir dir;
+    check_stopped_rank([&](int r, const tutti::options& o) {
+      return tutti::communicator<tutti::shm, tutti::ring>::from_url(dir.url(), r, 4, o);
+    });
+  }
+  SUBCASE("direct") {
+    temp_dir dir;
+    check_stopped_rank([&](int r, const tutti::options& o) {
+      return tutti::communicator<tutti::shm, tutti::direct>::from_url(dir.url(), r, 4, o);
+    });
+  }
+}
+
 TEST_CASE("send/recv across processes: tags out of order, messages larger than a channel") {
   temp_dir dir;
   const auto status = run_ranks(2, [&](int r) {

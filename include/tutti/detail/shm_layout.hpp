@@ -48,13 +48,16 @@ struct shm_rank_block {
   alignas(cache_line) doorbell bell;  // rung by peers: written by others, read by the owner
   alignas(cache_line) std::atomic<std::int32_t> pid{0};
   std::atomic<std::uint32_t> state{0};  // shm_rank_state
-  shm_barrier_record barrier;           // written by the owner only
+  // Advanced by the owner at each call and at most every millisecond while it sleeps in a
+  // wait: a value that stays put while others wait names the rank that stopped making progress.
+  std::atomic<std::uint64_t> beat{0};
+  shm_barrier_record barrier;  // written by the owner only
   alignas(cache_line) call_board_row board;
 };
 
 struct shm_header {
   static constexpr std::uint64_t magic_value = 0x3169747475742d78ull;  // "x-tutti1"
-  static constexpr std::uint32_t layout_version = 2;
+  static constexpr std::uint32_t layout_version = 3;
 
   std::atomic<std::uint64_t> magic{0};  // stored last by the creator
   std::uint32_t version = 0;
@@ -65,6 +68,7 @@ struct shm_header {
   alignas(cache_line) std::atomic<std::uint32_t> attached{0};
   alignas(cache_line) std::atomic<std::uint32_t> abort_state{0};  // 0 none, 1 writing, 2 set
   std::int32_t abort_code = 0;
+  std::int32_t abort_peer = 0;  // the rank the writer blamed, plus one (0: none)
   char abort_what[1024] = {};
 };
 
@@ -214,12 +218,14 @@ class shm_view {
   }
   [[nodiscard]] const shm_layout& layout() const noexcept { return layout_; }
 
-  /// Records why the world failed; the first writer wins. Rings every rank's doorbell.
-  void abort(errc code, const std::string& what) const noexcept {
+  /// Records why the world failed, and the rank to blame if it is not the reader's own
+  /// peer (-1: none); the first writer wins. Rings every rank's doorbell.
+  void abort(errc code, const std::string& what, int blame = -1) const noexcept {
     auto& h = header();
     std::uint32_t expected = 0;
     if (h.abort_state.compare_exchange_strong(expected, 1)) {
       h.abort_code = static_cast<std::int32_t>(code);
+      h.abort_peer = blame + 1;
       const std::size_t n = std::min(what.size(), sizeof(h.abort_what) - 1);
       std::memcpy(h.abort_what, what.data(), n);
       h.abort_what[n] = '\0';
@@ -230,14 +236,20 @@ class shm_view {
   [[nodiscard]] bool aborted() const noexcept {
     return header().abort_state.load(std::memory_order_acquire) != 0;
   }
-  /// The abort record; `aborted()` must have been true.
-  [[nodiscard]] std::pair<errc, std::string> abort_reason() const {
+  /// The abort record: code, text and the rank it blames (-1: none); `aborted()` must have
+  /// been true.
+  struct abort_record {
+    errc code;
+    std::string what;
+    int blame;
+  };
+  [[nodiscard]] abort_record abort_reason() const {
     auto& h = header();
     for (int i = 0; i < 1000 && h.abort_state.load(std::memory_order_acquire) != 2; ++i)
       cpu_relax();
     if (h.abort_state.load(std::memory_order_acquire) != 2)
-      return {errc::aborted, "another rank aborted the communicator"};
-    return {static_cast<errc>(h.abort_code), std::string(h.abort_what)};
+      return {errc::aborted, "another rank aborted the communicator", -1};
+    return {static_cast<errc>(h.abort_code), std::string(h.abort_what), h.abort_peer - 1};
   }
 
  private:

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -72,6 +73,16 @@ struct shm_state {
   std::uint64_t line_gen = 0;
   std::string name;
   bool broken = false;  // a request died mid-message: the channels are out of step
+  // Liveness (see shm_rank_block::beat): this rank's count, when it last stored it, and per
+  // peer the value last seen and since when, observed in the polls of slow waits.
+  std::uint64_t beats = 0;
+  clock::time_point last_beat{};
+  clock::time_point last_poll{};
+  struct beat_seen {
+    std::uint64_t value = 0;
+    clock::time_point since{};
+  };
+  std::vector<beat_seen> seen;
 };
 
 /// Slot and channel sizes: TUTTI_SHM_SLOT_BYTES / TUTTI_SHM_CHANNEL_BYTES on rank 0 or defaults.
@@ -203,7 +214,9 @@ class shm {
 
   /// Puts this rank's call on its board, where waiting peers compare it with theirs.
   void publish(const detail::call& c) noexcept {
-    s_->view.block(s_->rank).board.publish(c.seq, c.fp);
+    auto& me = s_->view.block(s_->rank);
+    me.board.publish(c.seq, c.fp);
+    me.beat.store(++s_->beats, std::memory_order_relaxed);
   }
 
   [[nodiscard]] std::byte* segment(int r) noexcept { return s_->view.slot(r); }
@@ -429,12 +442,54 @@ class shm {
            static_cast<std::uint32_t>(detail::shm_rank_state::closed);
   }
 
+  /// How long a peer's beat must stand still, while this rank watches it, before a failure
+  /// names that peer as the one that stopped: several sleep slices of a waiting rank.
+  static constexpr std::chrono::milliseconds stall_window{100};
+
+  /// Beats for this rank (at most every millisecond) and notes which peers' beats moved. A
+  /// gap since the last poll means a new wait: what was seen before says nothing about now.
+  void watch_beats(detail::clock::time_point now) {
+    auto& st = *s_;
+    if (now - st.last_beat >= std::chrono::milliseconds(1)) {
+      st.view.block(st.rank).beat.store(++st.beats, std::memory_order_relaxed);
+      st.last_beat = now;
+    }
+    const bool fresh = now - st.last_poll > stall_window;
+    st.last_poll = now;
+    st.seen.resize(static_cast<std::size_t>(st.size));
+    for (int q = 0; q < st.size; ++q) {
+      auto& s = st.seen[static_cast<std::size_t>(q)];
+      const std::uint64_t v = st.view.block(q).beat.load(std::memory_order_relaxed);
+      if (fresh || v != s.value) s = {v, now};
+    }
+  }
+
+  /// The open peer whose beat stood still longest while this rank watched, at least
+  /// stall_window (the lowest on a tie), and for how long; -1 if none did.
+  [[nodiscard]] int stalled(detail::clock::time_point now, detail::clock::duration& still) const {
+    const auto& st = *s_;
+    int who = -1;
+    still = stall_window;
+    for (int q = 0; q < st.size && static_cast<std::size_t>(q) < st.seen.size(); ++q) {
+      const auto d = now - st.seen[static_cast<std::size_t>(q)].since;
+      if (q != st.rank && !closed(q) && (d > still || (who < 0 && d == still))) {
+        who = q;
+        still = d;
+      }
+    }
+    return who;
+  }
+
   /// Runs before every sleep: abort record, peers' boards, peers' processes, the deadline.
   /// `ready` is what the caller waits for: a peer may write its last message and exit between
   /// the caller's last look and this one, so a lost peer is reported only if it still is not.
+  /// A timeout names the peer whose beat stood still (stopped, or computing outside tutti for
+  /// longer than the timeout) whoever this rank waited on, and records it for the others.
   template <class Ready>
   void poll(const detail::call& c, detail::clock::time_point deadline, int peer, Ready&& ready) {
     auto& st = *s_;
+    const auto now = detail::clock::now();
+    watch_beats(now);
     const auto died = [&](int q) {
       return error(errc::peer_lost, c.name_str(), c.seq, st.rank, q,
                    "rank " + std::to_string(q) + " (pid " +
@@ -442,13 +497,14 @@ class shm {
                        ") died without closing its communicator");
     };
     if (st.view.aborted()) {
-      auto [code, what] = st.view.abort_reason();
+      auto [code, what, blame] = st.view.abort_reason();
       // An abort of kind `aborted` is a consequence (a rank abandoned a message while it
       // unwound from an error, typically a peer's death): a dead peer is the cause to name.
       if (code == errc::aborted)
         for (int q = 0; q < st.size; ++q)
           if (q != st.rank && !closed(q) && st.watch.gone(q)) throw died(q);
-      throw error(code, c.name_str(), c.seq, st.rank, peer, what);
+      throw error(code, c.name_str(), c.seq, st.rank, blame >= 0 && blame != st.rank ? blame : peer,
+                  what);
     }
     for (int q = 0; q < st.size; ++q) {
       if (q == st.rank) continue;
@@ -469,10 +525,19 @@ class shm {
         throw error(
             errc::peer_lost, c.name_str(), c.seq, st.rank, q,
             "rank " + std::to_string(q) + " closed its communicator without making this call");
-    if (detail::clock::now() >= deadline)
-      throw error(errc::timeout, c.name_str(), c.seq, st.rank, peer,
-                  peer >= 0 ? "timed out waiting for rank " + std::to_string(peer)
-                            : "timed out waiting for the other ranks");
+    if (now < deadline) return;
+    std::string text = peer >= 0 ? "timed out waiting for rank " + std::to_string(peer)
+                                 : "timed out waiting for the other ranks";
+    detail::clock::duration still{};
+    const int stopped = stalled(now, still);
+    if (stopped < 0) throw error(errc::timeout, c.name_str(), c.seq, st.rank, peer, text);
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.2f", std::chrono::duration<double>(still).count());
+    text += ": rank " + std::to_string(stopped) + " made no progress for " + secs + " s (stopped?)";
+    // The others wait on the same stopped rank: tell them now, naming it, rather than let each
+    // time out on whichever neighbour it waits on (or see this rank close first).
+    st.view.abort(errc::timeout, "rank " + std::to_string(st.rank) + " " + text, stopped);
+    throw error(errc::timeout, c.name_str(), c.seq, st.rank, stopped, text);
   }
 
   std::shared_ptr<detail::shm_state> s_;
