@@ -96,6 +96,28 @@ TEST_CASE("a rank that never calls: the other times out at its deadline") {
   check_silent_rank([&](int r, const tutti::options& o) { return join(dir, r, 2, o); });
 }
 
+TEST_CASE("a stopped rank (SIGSTOP): every other rank times out naming it, not a neighbour") {
+  // Found by tutti-faults --mode stop: ranks waiting on a live neighbour named that neighbour
+  // (and the first to time out recorded that name for the rest). The stopped rank's beat key
+  // in the store stands still.
+  SUBCASE("ring") {
+    temp_dir dir;
+    check_stopped_rank(
+        [&](int r, const tutti::options& o) { return join<tutti::ring>(dir, r, 4, o); });
+  }
+  SUBCASE("tree") {
+    temp_dir dir;
+    check_stopped_rank(
+        [&](int r, const tutti::options& o) { return join<tutti::tree>(dir, r, 4, o); });
+  }
+  SUBCASE("recursive_doubling") {
+    temp_dir dir;
+    check_stopped_rank([&](int r, const tutti::options& o) {
+      return join<tutti::recursive_doubling>(dir, r, 4, o);
+    });
+  }
+}
+
 TEST_CASE("send/recv: 24 MB messages arrive whole; sizes that disagree time out, no crash") {
   shared_report rep;
   temp_dir dir;

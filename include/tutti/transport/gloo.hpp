@@ -240,7 +240,13 @@ struct gloo_state {
   std::string unlink_on_close;      // rank 0's rendezvous file, when one was used
   bool aborted = false;             // this rank closed its connections
   std::uint64_t published_seq = 0;  // last call record written
-  std::byte dummy{};                // a valid address for zero-byte buffers
+  /// Liveness: this rank's beat key counts its slow-wait polls; the peers' beats as seen at
+  /// the first poll of the current slow wait, and when.
+  std::uint64_t beats = 0;
+  std::chrono::steady_clock::time_point last_poll{};
+  std::chrono::steady_clock::time_point beats_since{};
+  std::vector<std::string> beats_seen;
+  std::byte dummy{};  // a valid address for zero-byte buffers
   /// Buffers whose operation completed, destroyed a few operations later: Gloo's loop
   /// thread may still hold one for a moment after the wait returns, and destroying it then
   /// spins (sched_yield) until it lets go — milliseconds when ranks outnumber cores.
@@ -776,6 +782,7 @@ class gloo {
     } catch (const std::exception& e) {
       const std::string what = e.what();
       if (detail::clock::now() >= deadline) {
+        if (auto rec = read_abort(); rec && rec->writer != rank()) raise_recorded(c, *rec);
         const std::string text = "timed out in Gloo's " + c.name_str() + ": " + what;
         abort_world(st, {errc::timeout, rank(), -1, "rank " + std::to_string(rank()) + " " + text});
         throw error(errc::timeout, c.name_str(), c.seq, rank(), -1, text);
@@ -871,10 +878,65 @@ class gloo {
     }
   }
 
+  /// How long a peer's beat must stand still before a timeout names it as the rank that
+  /// stopped: a few slices of a waiting rank's polls.
+  static constexpr std::chrono::milliseconds stall_window{250};
+
+  /// Every peer's beat key ("" where there is none yet, or the store does not answer).
+  [[nodiscard]] std::vector<std::string> read_beats() {
+    auto& st = *s_;
+    std::vector<std::string> v(static_cast<std::size_t>(st.size));
+    for (int q = 0; q < st.size; ++q) {
+      if (q == st.rank) continue;
+      try {
+        v[static_cast<std::size_t>(q)] = st.store->get_string(
+            st.prefix + "beat/" + std::to_string(q), std::chrono::milliseconds(0));
+      } catch (...) {
+        // no beat yet, or no store: reads as standing still
+      }
+    }
+    return v;
+  }
+
+  /// Beats (once per poll, so at most every slice of a slow wait; never on the fast path) and,
+  /// at the first poll of a slow wait, notes every peer's beat.
+  void watch_beats(detail::clock::time_point now) {
+    auto& st = *s_;
+    try {
+      st.store->set_string(st.prefix + "beat/" + std::to_string(st.rank),
+                           std::to_string(++st.beats));
+    } catch (...) {
+      // the store went away: peers will see this rank as standing still
+    }
+    if (now - st.last_poll > stall_window) {
+      st.beats_seen = read_beats();
+      st.beats_since = now;
+    }
+    st.last_poll = now;
+  }
+
+  /// The lowest peer, open to this rank, whose beat has not moved for at least stall_window
+  /// since this wait began to watch; -1 if none.
+  [[nodiscard]] int stalled(detail::clock::time_point now) {
+    auto& st = *s_;
+    if (now - st.beats_since < stall_window ||
+        st.beats_seen.size() != static_cast<std::size_t>(st.size))
+      return -1;
+    const auto v = read_beats();
+    for (int q = 0; q < st.size; ++q)
+      if (q != st.rank &&
+          v[static_cast<std::size_t>(q)] == st.beats_seen[static_cast<std::size_t>(q)] &&
+          !connection_closed(q))
+        return q;
+    return -1;
+  }
+
   /// Before every further slice of a slow wait: another rank's abort, a mismatched call, the
-  /// deadline.
+  /// deadline. A timeout names the peer whose beat stood still (stopped, or computing outside
+  /// tutti for longer than the timeout) whoever this rank waited on, in the abort record too.
   void poll(const detail::call& c, detail::clock::time_point deadline, int peer) {
     auto& st = *s_;
+    watch_beats(detail::clock::now());
     if (auto rec = read_abort(); rec && rec->writer != rank()) raise_recorded(c, *rec);
     // Gloo wakes a receive whose connection closed, not a send waiting for the peer to post
     // its receive: ask the sentinel.
@@ -905,12 +967,22 @@ class gloo {
         // No record yet, or the store is unreachable: the deadline still holds.
       }
     }
-    if (detail::clock::now() >= deadline) {
-      const std::string text = (peer >= 0 ? "timed out waiting for rank " + std::to_string(peer)
-                                          : std::string("timed out waiting for the other ranks")) +
-                               theirs_text;
-      abort_world(st, {errc::timeout, rank(), peer, "rank " + std::to_string(rank()) + " " + text});
-      throw error(errc::timeout, c.name_str(), c.seq, rank(), peer, text);
+    if (const auto now = detail::clock::now(); now >= deadline) {
+      std::string text = (peer >= 0 ? "timed out waiting for rank " + std::to_string(peer)
+                                    : std::string("timed out waiting for the other ranks")) +
+                         theirs_text;
+      int blame = peer;
+      if (const int stopped = stalled(now); stopped >= 0) {
+        char secs[32];
+        std::snprintf(secs, sizeof secs, "%.2f",
+                      std::chrono::duration<double>(now - st.beats_since).count());
+        text +=
+            ": rank " + std::to_string(stopped) + " made no progress for " + secs + " s (stopped?)";
+        blame = stopped;
+      }
+      abort_world(st,
+                  {errc::timeout, rank(), blame, "rank " + std::to_string(rank()) + " " + text});
+      throw error(errc::timeout, c.name_str(), c.seq, rank(), blame, text);
     }
   }
 
