@@ -62,6 +62,8 @@
 #include <tutti/transport/gloo.hpp>
 #endif
 
+#include "../harness_common.hpp"
+
 namespace {
 
 using clock_type = std::chrono::steady_clock;
@@ -443,59 +445,35 @@ int rank_main(const rank_job& job, int r, report& rep) {
   return 0;
 }
 
+// The policies a transport is run with, in the order the command line numbers
+// them (names[i] is policy i). run(i, ...) runs policy i; any i out of range
+// runs the last one, as the switch it replaces did.
+template <class X, class... P>
+struct policy_list {
+  static constexpr std::array<const char*, sizeof...(P)> names{P::name...};
+  static int run(int i, const rank_job& job, int r, report& rep) {
+    constexpr int last = static_cast<int>(sizeof...(P)) - 1;
+    const int pick = (i >= 0 && i < last) ? i : last;
+    int k = 0;
+    int rc = 0;
+    (void)((k++ == pick ? (rc = rank_main<X, P>(job, r, rep), true) : false) || ...);
+    return rc;
+  }
+};
+
 template <class X>
 struct policies;
 
 template <>
-struct policies<tutti::shm> {
-  static constexpr std::array<const char*, 7> names{
-      "automatic", "ring", "tree", "recursive_halving", "recursive_doubling", "direct", "bruck"};
-  static int run(int i, const rank_job& job, int r, report& rep) {
-    using X = tutti::shm;
-    switch (i) {
-      case 0:
-        return rank_main<X, tutti::automatic>(job, r, rep);
-      case 1:
-        return rank_main<X, tutti::ring>(job, r, rep);
-      case 2:
-        return rank_main<X, tutti::tree>(job, r, rep);
-      case 3:
-        return rank_main<X, tutti::recursive_halving>(job, r, rep);
-      case 4:
-        return rank_main<X, tutti::recursive_doubling>(job, r, rep);
-      case 5:
-        return rank_main<X, tutti::direct>(job, r, rep);
-      default:
-        return rank_main<X, tutti::bruck>(job, r, rep);
-    }
-  }
-};
+struct policies<tutti::shm>
+    : policy_list<tutti::shm, tutti::automatic, tutti::ring, tutti::tree, tutti::recursive_halving,
+                  tutti::recursive_doubling, tutti::direct, tutti::bruck> {};
 
 #ifdef TUTTI_HAVE_GLOO
 template <>
-struct policies<tutti::gloo> {
-  static constexpr std::array<const char*, 7> names{
-      "automatic", "ring", "tree", "recursive_halving", "recursive_doubling", "bruck", "native"};
-  static int run(int i, const rank_job& job, int r, report& rep) {
-    using X = tutti::gloo;
-    switch (i) {
-      case 0:
-        return rank_main<X, tutti::automatic>(job, r, rep);
-      case 1:
-        return rank_main<X, tutti::ring>(job, r, rep);
-      case 2:
-        return rank_main<X, tutti::tree>(job, r, rep);
-      case 3:
-        return rank_main<X, tutti::recursive_halving>(job, r, rep);
-      case 4:
-        return rank_main<X, tutti::recursive_doubling>(job, r, rep);
-      case 5:
-        return rank_main<X, tutti::bruck>(job, r, rep);
-      default:
-        return rank_main<X, tutti::native>(job, r, rep);
-    }
-  }
-};
+struct policies<tutti::gloo>
+    : policy_list<tutti::gloo, tutti::automatic, tutti::ring, tutti::tree, tutti::recursive_halving,
+                  tutti::recursive_doubling, tutti::bruck, tutti::native> {};
 #endif
 
 [[nodiscard]] int n_policies(const std::string& transport) {
@@ -647,29 +625,6 @@ class fleet {
   return leaked;
 }
 
-/// A fresh directory for one world's file store, removed afterwards.
-class temp_dir {
- public:
-  temp_dir() {
-    std::string t = (std::filesystem::temp_directory_path() / "tutti-faults-XXXXXX").string();
-    if (mkdtemp(t.data()) == nullptr) {
-      std::perror("tutti-faults: mkdtemp");
-      std::exit(2);
-    }
-    path_ = t;
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  [[nodiscard]] std::string url() const { return "file://" + path_ + "/store"; }
-
- private:
-  std::string path_;
-};
-
 /// A listening socket on 127.0.0.1 and a free port, handed to rank 0 through TUTTI_STORE_FD
 /// (as tutti::spawn does), so the port cannot be taken between choosing and serving it.
 class store_listener {
@@ -784,7 +739,7 @@ struct harness {
                               (early ? " early" : "");
 
     shared_report rep;
-    temp_dir dir;
+    tutti_harness::temp_dir dir("tutti-faults");
     std::unique_ptr<store_listener> listener;
     rank_job job;
     job.np = np;

@@ -54,7 +54,11 @@
 #include <tutti/transport/gloo.hpp>
 #endif
 
+#include "../harness_common.hpp"
+
 namespace {
+
+using tutti_harness::with_op;
 
 using clock_type = std::chrono::steady_clock;
 
@@ -311,22 +315,6 @@ template <class T>
   for (std::size_t i = 0; i < got.size(); ++i)
     if (bits_of(got[i]) != bits_of(static_cast<T>(want(i)))) return false;
   return true;
-}
-
-template <class Fn>
-void with_op(tutti::op_kind k, Fn&& fn) {
-  switch (k) {
-    case tutti::op_kind::sum:
-      return fn(tutti::sum);
-    case tutti::op_kind::prod:
-      return fn(tutti::prod);
-    case tutti::op_kind::min:
-      return fn(tutti::min);
-    case tutti::op_kind::max:
-      return fn(tutti::max);
-    default:
-      return fn(tutti::avg);
-  }
 }
 
 /// Which collectives policy A implements over transport X (the library's own concepts), as a
@@ -650,29 +638,6 @@ void rank_body(Comm& comm, const trial_desc& t, world_report& rep, const setting
 
 // ---- worlds ------------------------------------------------------------------------------
 
-/// A fresh directory for one world's file store, removed afterwards.
-class temp_dir {
- public:
-  temp_dir() {
-    std::string t = (std::filesystem::temp_directory_path() / "tutti-mismatch-XXXXXX").string();
-    if (mkdtemp(t.data()) == nullptr) {
-      std::perror("tutti-mismatch: mkdtemp");
-      std::exit(2);
-    }
-    path_ = t;
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  [[nodiscard]] std::string url() const { return append_str("file://", path_, "/store"); }
-
- private:
-  std::string path_;
-};
-
 template <class X, class A>
 void process_rank(const trial_desc& t, world_report& rep, const settings& s, const std::string& url,
                   int r, clock_type::time_point start) {
@@ -767,7 +732,7 @@ struct world_result {
 world_result run_world(const trial_desc& t, world_report& rep, const settings& s) {
   std::fflush(nullptr);
   const auto start = clock_type::now();
-  temp_dir dir;
+  tutti_harness::temp_dir dir("tutti-mismatch");
   const std::string url = dir.url();
   std::vector<pid_t> pids;
   const int procs = t.transport == 0 ? 1 : t.p;

@@ -38,7 +38,11 @@
 #include <tutti/transport/gloo.hpp>
 #endif
 
+#include "../harness_common.hpp"
+
 namespace {
+
+using tutti_harness::with_op;
 
 enum class coll : int {
   all_reduce,
@@ -229,22 +233,6 @@ struct pending {
   tutti::work w;
   std::function<void()> check;
 };
-
-template <class Fn>
-void with_op(tutti::op_kind k, Fn&& fn) {
-  switch (k) {
-    case tutti::op_kind::sum:
-      return fn(tutti::sum);
-    case tutti::op_kind::prod:
-      return fn(tutti::prod);
-    case tutti::op_kind::min:
-      return fn(tutti::min);
-    case tutti::op_kind::max:
-      return fn(tutti::max);
-    default:
-      return fn(tutti::avg);
-  }
-}
 
 /// Which collectives policy A implements over transport X, as a bit mask over `coll`.
 template <class A, class X>
