@@ -5,6 +5,8 @@
 
 #include <stdlib.h>  // mkdtemp
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -30,6 +32,54 @@ void with_op(tutti::op_kind k, Fn&& fn) {
     default:
       return fn(tutti::avg);
   }
+}
+
+/// Which collectives policy A implements over transport X (the library's own concepts), as a
+/// bit mask over a harness's own enum `Coll` (bit 1 << Coll::x). Collectives that `Coll` does
+/// not name (a harness that never draws the v-variants) stay out of the mask.
+template <class A, class X, class Coll>
+constexpr unsigned capabilities() {
+  using namespace tutti::detail;
+  unsigned m = 0;
+  const auto set = [&m](bool has, Coll c) {
+    if (has) m |= 1U << static_cast<int>(c);
+  };
+  set(has_all_reduce<A, X>, Coll::all_reduce);
+  set(has_reduce<A, X>, Coll::reduce);
+  set(has_broadcast<A, X>, Coll::broadcast);
+  set(has_all_gather<A, X>, Coll::all_gather);
+  set(has_reduce_scatter<A, X>, Coll::reduce_scatter);
+  set(has_gather<A, X>, Coll::gather);
+  set(has_scatter<A, X>, Coll::scatter);
+  set(has_all_to_all<A, X>, Coll::all_to_all);
+  if constexpr (requires { Coll::all_gatherv; }) set(has_all_gatherv<A, X>, Coll::all_gatherv);
+  if constexpr (requires { Coll::all_to_allv; }) set(has_all_to_allv<A, X>, Coll::all_to_allv);
+  set(has_barrier<A, X>, Coll::barrier);
+  return m;
+}
+
+/// The exact reduction under `op` of value(r) over ranks r = 0 .. p-1, in 64-bit integers
+/// (for avg: the sum; the caller divides, as its element type wants).
+template <class Value>
+[[nodiscard]] std::int64_t reduce_exact(tutti::op_kind op, int p, Value&& value) noexcept {
+  std::int64_t acc = value(0);
+  for (int r = 1; r < p; ++r) {
+    const std::int64_t v = value(r);
+    switch (op) {
+      case tutti::op_kind::prod:
+        acc *= v;
+        break;
+      case tutti::op_kind::min:
+        acc = std::min(acc, v);
+        break;
+      case tutti::op_kind::max:
+        acc = std::max(acc, v);
+        break;
+      default:
+        acc += v;
+    }
+  }
+  return acc;
 }
 
 /// A fresh directory `<tmp>/<tool>-XXXXXX` for one world's file store, removed afterwards.

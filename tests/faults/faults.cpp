@@ -179,21 +179,7 @@ constexpr int n_colls = 9;
 /// Which collectives policy A implements over transport X, as a bit mask over `coll`.
 template <class A, class X>
 constexpr unsigned capabilities() {
-  using namespace tutti::detail;
-  unsigned m = 0;
-  const auto set = [&m](bool has, coll c) {
-    if (has) m |= 1U << static_cast<int>(c);
-  };
-  set(has_all_reduce<A, X>, coll::all_reduce);
-  set(has_reduce<A, X>, coll::reduce);
-  set(has_broadcast<A, X>, coll::broadcast);
-  set(has_all_gather<A, X>, coll::all_gather);
-  set(has_reduce_scatter<A, X>, coll::reduce_scatter);
-  set(has_gather<A, X>, coll::gather);
-  set(has_scatter<A, X>, coll::scatter);
-  set(has_all_to_all<A, X>, coll::all_to_all);
-  set(has_barrier<A, X>, coll::barrier);
-  return m;
+  return tutti_harness::capabilities<A, X, coll>();
 }
 
 /// One drawn op, the same on every rank.

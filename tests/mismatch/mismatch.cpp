@@ -274,23 +274,8 @@ template <class T>
 
 template <class T>
 [[nodiscard]] T reduced(const call_desc& d, int p, std::size_t i) noexcept {
-  std::int64_t acc = value(d, p, 0, i);
-  for (int r = 1; r < p; ++r) {
-    const std::int64_t v = value(d, p, r, i);
-    switch (d.op) {
-      case tutti::op_kind::prod:
-        acc *= v;
-        break;
-      case tutti::op_kind::min:
-        acc = std::min(acc, v);
-        break;
-      case tutti::op_kind::max:
-        acc = std::max(acc, v);
-        break;
-      default:
-        acc += v;
-    }
-  }
+  const std::int64_t acc =
+      tutti_harness::reduce_exact(d.op, p, [&](int r) { return value(d, p, r, i); });
   if (d.op != tutti::op_kind::avg) return static_cast<T>(acc);
   if constexpr (std::is_integral_v<T>)
     return static_cast<T>(acc / p);
@@ -317,27 +302,10 @@ template <class T>
   return true;
 }
 
-/// Which collectives policy A implements over transport X (the library's own concepts), as a
-/// bit mask over `coll`.
+/// Which collectives policy A implements over transport X, as a bit mask over `coll`.
 template <class A, class X>
 constexpr unsigned capabilities() {
-  using namespace tutti::detail;
-  unsigned m = 0;
-  const auto set = [&m](bool has, coll c) {
-    if (has) m |= 1U << static_cast<int>(c);
-  };
-  set(has_all_reduce<A, X>, coll::all_reduce);
-  set(has_reduce<A, X>, coll::reduce);
-  set(has_broadcast<A, X>, coll::broadcast);
-  set(has_all_gather<A, X>, coll::all_gather);
-  set(has_gather<A, X>, coll::gather);
-  set(has_scatter<A, X>, coll::scatter);
-  set(has_reduce_scatter<A, X>, coll::reduce_scatter);
-  set(has_all_to_all<A, X>, coll::all_to_all);
-  set(has_all_gatherv<A, X>, coll::all_gatherv);
-  set(has_all_to_allv<A, X>, coll::all_to_allv);
-  set(has_barrier<A, X>, coll::barrier);
-  return m;
+  return tutti_harness::capabilities<A, X, coll>();
 }
 
 // ---- running one call --------------------------------------------------------------------

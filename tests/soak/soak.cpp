@@ -161,23 +161,8 @@ template <class T>
 /// The reduction over every rank of element `i`, computed exactly, in T.
 template <class T>
 [[nodiscard]] T reduced(const op_desc& d, std::size_t i) noexcept {
-  std::int64_t acc = value<T>(d, 0, i);
-  for (int r = 1; r < d.p; ++r) {
-    const std::int64_t v = value<T>(d, r, i);
-    switch (d.op) {
-      case tutti::op_kind::prod:
-        acc *= v;
-        break;
-      case tutti::op_kind::min:
-        acc = std::min(acc, v);
-        break;
-      case tutti::op_kind::max:
-        acc = std::max(acc, v);
-        break;
-      default:
-        acc += v;
-    }
-  }
+  const std::int64_t acc =
+      tutti_harness::reduce_exact(d.op, d.p, [&](int r) { return value<T>(d, r, i); });
   if (d.op != tutti::op_kind::avg) return to<T>(acc);
   // avg divides the exact sum by the world size as the library documents: integer division
   // for integers, in T for float and double, through float for the 16-bit types.
@@ -237,23 +222,7 @@ struct pending {
 /// Which collectives policy A implements over transport X, as a bit mask over `coll`.
 template <class A, class X>
 constexpr unsigned capabilities() {
-  using namespace tutti::detail;
-  unsigned m = 1U << static_cast<int>(coll::barrier);
-  const auto set = [&m](bool has, coll c) {
-    if (has) m |= 1U << static_cast<int>(c);
-  };
-  set(has_all_reduce<A, X>, coll::all_reduce);
-  set(has_reduce<A, X>, coll::reduce);
-  set(has_broadcast<A, X>, coll::broadcast);
-  set(has_all_gather<A, X>, coll::all_gather);
-  set(has_reduce_scatter<A, X>, coll::reduce_scatter);
-  set(has_gather<A, X>, coll::gather);
-  set(has_scatter<A, X>, coll::scatter);
-  set(has_all_to_all<A, X>, coll::all_to_all);
-  set(has_all_gatherv<A, X>, coll::all_gatherv);
-  set(has_all_to_allv<A, X>, coll::all_to_allv);
-  if (!has_barrier<A, X>) m &= ~(1U << static_cast<int>(coll::barrier));
-  return m;
+  return tutti_harness::capabilities<A, X, coll>();
 }
 
 /// Runs op `d` with element type T on `comm`: blocking and checked at once, or async and
