@@ -116,6 +116,11 @@ TEST_CASE("a stopped rank (SIGSTOP): every other rank times out naming it, not a
       return join<tutti::recursive_doubling>(dir, r, 4, o);
     });
   }
+  SUBCASE("native") {  // inside Gloo's own collective: the waker's watch keeps the beats
+    temp_dir dir;
+    check_stopped_rank(
+        [&](int r, const tutti::options& o) { return join<tutti::native>(dir, r, 4, o); });
+  }
 }
 
 TEST_CASE("send/recv: 24 MB messages arrive whole; sizes that disagree time out, no crash") {

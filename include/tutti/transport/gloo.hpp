@@ -246,6 +246,14 @@ struct gloo_state {
   std::chrono::steady_clock::time_point last_poll{};
   std::chrono::steady_clock::time_point beats_since{};
   std::vector<std::string> beats_seen;
+  /// The same during a Gloo collective (tutti::native), kept by the waker's watch: each peer's
+  /// last beat seen and when it last changed, per call (native_call counts them).
+  std::uint64_t native_call = 0;
+  std::uint64_t native_watched = 0;
+  std::uint64_t suspect_call = 0;
+  int suspect = -1;  // a peer whose connection closed with no abort record yet, seen once
+  std::vector<std::string> native_beats;
+  std::vector<std::chrono::steady_clock::time_point> native_moved;
   std::byte dummy{};  // a valid address for zero-byte buffers
   /// Buffers whose operation completed, destroyed a few operations later: Gloo's loop
   /// thread may still hold one for a moment after the wait returns, and destroying it then
@@ -684,10 +692,19 @@ class gloo {
           abort_world(*st, *rec, false);  // another rank failed: so does this call, at once
           return;
         }
+        native_beat(*st);
+        if (st->suspect_call != st->native_call) {
+          st->suspect_call = st->native_call;
+          st->suspect = -1;
+        }
         for (int q = 0; q < st->size; ++q) {
           if (q == st->rank || !sentinel_closed(*st, q)) continue;
           if (auto rec = recorded_abort(*st)) {
             abort_world(*st, *rec, false);
+          } else if (st->suspect != q) {
+            // Gloo's own timeout closes a rank's connections a moment before tutti records
+            // why: give q one tick to leave its record before calling it dead.
+            st->suspect = q;
           } else {
             abort_world(*st, {errc::peer_lost, st->rank, q,
                               "rank " + std::to_string(q) +
@@ -759,7 +776,7 @@ class gloo {
         watch_guard(const watch_guard&) = delete;
         watch_guard& operator=(const watch_guard&) = delete;
         ~watch_guard() { w.watching(false); }
-      } const watching(st.waker);
+      } const watching((++st.native_call, st.waker));
       switch (c.elem_size) {
         case 1:
           f(std::uint8_t{});
@@ -783,9 +800,14 @@ class gloo {
       const std::string what = e.what();
       if (detail::clock::now() >= deadline) {
         if (auto rec = read_abort(); rec && rec->writer != rank()) raise_recorded(c, *rec);
-        const std::string text = "timed out in Gloo's " + c.name_str() + ": " + what;
-        abort_world(st, {errc::timeout, rank(), -1, "rank " + std::to_string(rank()) + " " + text});
-        throw error(errc::timeout, c.name_str(), c.seq, rank(), -1, text);
+        const int culprit = native_stalled();
+        const std::string text =
+            "timed out in Gloo's " + c.name_str() + ": " + what +
+            (culprit >= 0 ? "; rank " + std::to_string(culprit) + " made no progress (stopped?)"
+                          : std::string());
+        abort_world(
+            st, {errc::timeout, rank(), culprit, "rank " + std::to_string(rank()) + " " + text});
+        throw error(errc::timeout, c.name_str(), c.seq, rank(), culprit, text);
       }
       lost(c, dead_peer(), what);
     }
@@ -800,6 +822,59 @@ class gloo {
 
   /// Whether Gloo has seen the connection to `peer` close: its sentinel receive (which never
   /// completes otherwise) has failed. Does not block: the wait is aborted before it starts.
+  /// A tick of the watch during a Gloo collective that lasts: this rank beats (as its slow
+  /// waits do) and notes when each peer's beat last moved, so that a timeout inside Gloo can
+  /// name the rank that stopped.
+  static void native_beat(detail::gloo_state& st) noexcept {
+    try {
+      const auto now = std::chrono::steady_clock::now();
+      st.store->set_string(st.prefix + "beat/" + std::to_string(st.rank),
+                           std::to_string(++st.beats));
+      const auto n = static_cast<std::size_t>(st.size);
+      const bool fresh = st.native_watched != st.native_call;
+      st.native_watched = st.native_call;
+      st.native_beats.resize(n);
+      st.native_moved.resize(n);
+      for (int q = 0; q < st.size; ++q) {
+        if (q == st.rank) continue;
+        std::string v;
+        try {
+          v = st.store->get_string(st.prefix + "beat/" + std::to_string(q),
+                                   std::chrono::milliseconds(0));
+        } catch (...) {
+          // no beat yet: reads as standing still
+        }
+        const auto i = static_cast<std::size_t>(q);
+        if (fresh || v != st.native_beats[i]) {
+          st.native_beats[i] = std::move(v);
+          st.native_moved[i] = now;
+        }
+      }
+    } catch (...) {
+      // the store went away: the timeout names no one
+    }
+  }
+
+  /// After a Gloo collective timed out: the peer whose beat stood still longest during it,
+  /// for at least stall_window; -1 if none (or the call was too short to watch).
+  [[nodiscard]] int native_stalled() {
+    auto& st = *s_;
+    if (st.native_watched != st.native_call ||
+        st.native_moved.size() != static_cast<std::size_t>(st.size))
+      return -1;
+    const auto now = std::chrono::steady_clock::now();
+    int who = -1;
+    for (int q = 0; q < st.size; ++q) {
+      // Not connection_closed: Gloo's own timeout has just closed every connection of this rank.
+      if (q == st.rank) continue;
+      const auto since = st.native_moved[static_cast<std::size_t>(q)];
+      if (now - since >= stall_window &&
+          (who < 0 || since < st.native_moved[static_cast<std::size_t>(who)]))
+        who = q;
+    }
+    return who;
+  }
+
   [[nodiscard]] bool connection_closed(int peer) noexcept { return sentinel_closed(*s_, peer); }
   [[nodiscard]] static bool sentinel_closed(detail::gloo_state& st, int peer) noexcept {
     if (peer < 0 || static_cast<std::size_t>(peer) >= st.sentinels.size()) return false;
