@@ -354,7 +354,8 @@ TEST_CASE("rank 0 killed while the world forms: a rank that attached removes the
         std::ifstream maps("/proc/" + std::to_string(rep->pids[0]) + "/maps");
         for (std::string line; std::getline(maps, line);) {
           const auto at = line.find("/dev/shm/tutti-");
-          if (at != std::string::npos) seg = line.substr(at + 8, line.find_first_of(" \n", at) - at - 8);
+          if (at != std::string::npos)
+            seg = line.substr(at + 8, line.find_first_of(" \n", at) - at - 8);
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
       }
