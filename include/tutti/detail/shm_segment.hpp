@@ -108,6 +108,23 @@ struct shm_name_parts {
   return name;
 }
 
+/// Whether process `pid` of this PID namespace still runs: it exists and is not a zombie (a
+/// killed rank stays one until its launcher reaps it, and it will never come back).
+[[nodiscard]] inline bool shm_process_alive(pid_t pid) noexcept {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;  // cannot tell: leave its segment alone
+  char buf[256];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return true;
+  buf[n] = '\0';
+  // "pid (comm) S ...": the state follows the last ')' (comm may itself hold ')').
+  const char* close = std::strrchr(buf, ')');
+  return close == nullptr || close[1] != ' ' || close[2] != 'Z';
+}
+
 /// Removes this user's segments in /dev/shm whose creator, a process of this PID namespace,
 /// no longer exists; returns how many. A world whose rank 0 died after creating its segment
 /// but before any peer learned the name leaves one that no survivor can name: the peers sweep
@@ -127,7 +144,7 @@ inline int shm_sweep_orphans() noexcept {
     if (::fstatat(::dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
         st.st_uid != me)
       continue;
-    if (::kill(static_cast<pid_t>(parts->pid), 0) == 0 || errno != ESRCH) continue;  // alive
+    if (shm_process_alive(static_cast<pid_t>(parts->pid))) continue;
     const std::string name = std::string("/") + e->d_name;
     if (::shm_unlink(name.c_str()) == 0) ++removed;
   }
