@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tutti/algorithm/automatic.hpp"
+#include "tutti/core/device_span.hpp"
 #include "tutti/core/error.hpp"
 #include "tutti/core/ops.hpp"
 #include "tutti/core/options.hpp"
@@ -75,19 +76,23 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   /// Reduces `buf` across ranks in place; every rank gets the result.
   template <element T, class Op>
   void all_reduce(std::span<T> buf, Op op) {
+    host_buffers();
     this->template all_reduce_impl<T>(buf, buf, op, false);
   }
   /// Out-of-place: `out` (same size as `in`) receives the result; `in` is unchanged.
   template <element T, class Op>
   void all_reduce(std::span<const T> in, std::span<T> out, Op op) {
+    host_buffers();
     this->template all_reduce_impl<T>(in, out, op, false);
   }
   template <element T, class Op>
   [[nodiscard]] work all_reduce_async(std::span<T> buf, Op op) {
+    host_buffers();
     return this->template all_reduce_impl<T>(buf, buf, op, true);
   }
   template <element T, class Op>
   [[nodiscard]] work all_reduce_async(std::span<const T> in, std::span<T> out, Op op) {
+    host_buffers();
     return this->template all_reduce_impl<T>(in, out, op, true);
   }
 
@@ -96,15 +101,18 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   /// elsewhere (it may be empty there).
   template <element T, class Op>
   void reduce(std::span<const T> in, std::span<T> out, Op op, int root) {
+    host_buffers();
     this->template reduce_impl<T>(in, out, op, root, false);
   }
   /// In place: root's `buf` receives the result; other ranks' `buf` is not changed.
   template <element T, class Op>
   void reduce(std::span<T> buf, Op op, int root) {
+    host_buffers();
     this->template reduce_impl<T>(buf, buf, op, root, false);
   }
   template <element T, class Op>
   [[nodiscard]] work reduce_async(std::span<const T> in, std::span<T> out, Op op, int root) {
+    host_buffers();
     return this->template reduce_impl<T>(in, out, op, root, true);
   }
 
@@ -112,10 +120,12 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   /// Copies root's `buf` into every rank's `buf`.
   template <element T>
   void broadcast(std::span<T> buf, int root) {
+    host_buffers();
     this->template broadcast_impl<T>(buf, root, false);
   }
   template <element T>
   [[nodiscard]] work broadcast_async(std::span<T> buf, int root) {
+    host_buffers();
     return this->template broadcast_impl<T>(buf, root, true);
   }
 
@@ -123,15 +133,18 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   /// `out` (size() * in.size()) receives every rank's `in`, in rank order.
   template <element T>
   void all_gather(std::span<const T> in, std::span<T> out) {
+    host_buffers();
     this->template all_gather_impl<T>(in, out, false);
   }
   /// In place: `buf` holds size() blocks; this rank's block is its input.
   template <element T>
   void all_gather(std::span<T> buf) {
+    host_buffers();
     this->template all_gather_in_place<T>(buf, false);
   }
   template <element T>
   [[nodiscard]] work all_gather_async(std::span<const T> in, std::span<T> out) {
+    host_buffers();
     return this->template all_gather_impl<T>(in, out, true);
   }
 
@@ -139,20 +152,24 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   /// Root's `out` (size() * in.size()) receives every rank's `in`; `out` may be empty elsewhere.
   template <element T>
   void gather(std::span<const T> in, std::span<T> out, int root) {
+    host_buffers();
     this->template gather_impl<T>(in, out, root, false);
   }
   template <element T>
   [[nodiscard]] work gather_async(std::span<const T> in, std::span<T> out, int root) {
+    host_buffers();
     return this->template gather_impl<T>(in, out, root, true);
   }
   /// Every rank's `out` receives its block of root's `in` (size() * out.size()); `in` may be
   /// empty off the root.
   template <element T>
   void scatter(std::span<const T> in, std::span<T> out, int root) {
+    host_buffers();
     this->template scatter_impl<T>(in, out, root, false);
   }
   template <element T>
   [[nodiscard]] work scatter_async(std::span<const T> in, std::span<T> out, int root) {
+    host_buffers();
     return this->template scatter_impl<T>(in, out, root, true);
   }
 
@@ -160,11 +177,13 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   /// Reduces `in` (size() * out.size()) across ranks; rank r's `out` receives block r.
   template <element T, class Op>
   void reduce_scatter(std::span<const T> in, std::span<T> out, Op op) {
+    host_buffers();
     this->template reduce_scatter_impl<T>(in, out, op, false);
   }
   /// In place: `buf` holds size() blocks; block rank() receives this rank's result.
   template <element T, class Op>
   void reduce_scatter(std::span<T> buf, Op op) {
+    host_buffers();
     if (buf.size() % static_cast<std::size_t>(size()) != 0)
       this->bad_size("reduce_scatter", buf.size());
     const std::size_t n = buf.size() / static_cast<std::size_t>(size());
@@ -173,6 +192,7 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   }
   template <element T, class Op>
   [[nodiscard]] work reduce_scatter_async(std::span<const T> in, std::span<T> out, Op op) {
+    host_buffers();
     return this->template reduce_scatter_impl<T>(in, out, op, true);
   }
 
@@ -180,14 +200,17 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   /// Block j of this rank's `in` goes to rank j, arriving as block rank() of its `out`.
   template <element T>
   void all_to_all(std::span<const T> in, std::span<T> out) {
+    host_buffers();
     this->template all_to_all_impl<T>(in, out, false);
   }
   template <element T>
   void all_to_all(std::span<T> buf) {
+    host_buffers();
     this->template all_to_all_impl<T>(buf, buf, false);
   }
   template <element T>
   [[nodiscard]] work all_to_all_async(std::span<const T> in, std::span<T> out) {
+    host_buffers();
     return this->template all_to_all_impl<T>(in, out, true);
   }
 
@@ -195,16 +218,19 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   /// `counts[r]` elements from rank r; every rank passes the same `counts`.
   template <element T>
   void all_gatherv(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts) {
+    host_buffers();
     this->template vector_impl<detail::collective::all_gatherv, T>(in, out, counts, -1, false);
   }
   template <element T>
   void gatherv(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts,
                int root) {
+    host_buffers();
     this->template vector_impl<detail::collective::gatherv, T>(in, out, counts, root, false);
   }
   template <element T>
   void scatterv(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts,
                 int root) {
+    host_buffers();
     this->template vector_impl<detail::collective::scatterv, T>(in, out, counts, root, false);
   }
   /// `send_counts[j]` elements go to rank j; `recv_counts[j]` arrive from rank j. Rank i's
@@ -212,12 +238,14 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   template <element T>
   void all_to_allv(std::span<const T> in, std::span<const std::size_t> send_counts,
                    std::span<T> out, std::span<const std::size_t> recv_counts) {
+    host_buffers();
     this->template all_to_allv_impl<T>(in, send_counts, out, recv_counts, false);
   }
   template <element T>
   [[nodiscard]] work all_to_allv_async(std::span<const T> in,
                                        std::span<const std::size_t> send_counts, std::span<T> out,
                                        std::span<const std::size_t> recv_counts) {
+    host_buffers();
     return this->template all_to_allv_impl<T>(in, send_counts, out, recv_counts, true);
   }
 
@@ -229,12 +257,207 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   /// Sends `data` to rank `dst`; matched with the `recv` of the same tag on `dst`, in order.
   template <element T>
   void send(std::span<const T> data, int dst, std::uint64_t tag = 0) {
+    host_buffers();
     this->p2p_impl(detail::collective::send, std::as_bytes(data), {}, dst, tag, dtype_of<T>);
   }
   template <element T>
   void recv(std::span<T> data, int src, std::uint64_t tag = 0) {
+    host_buffers();
     this->p2p_impl(detail::collective::recv, {}, std::as_writable_bytes(data), src, tag,
                    dtype_of<T>);
+  }
+  // ---- device memory (tutti::nccl) --------------------------------------------------------
+  // The same collectives on GPU memory, ordered on `stream` (default: the transport's own).
+  // A blocking call returns once its work on the stream has finished; an async one at once,
+  // with a work handle that completes through a CUDA event.
+
+  template <element T, class Op>
+  void all_reduce(device_span<T> buf, Op op, stream_ref stream = {}) {
+    device_buffers();
+    this->template all_reduce_impl<T>(host_view(buf), host_view(buf), op, false, stream.handle);
+  }
+  template <element T, class Op>
+  void all_reduce(device_span<const T> in, device_span<T> out, Op op, stream_ref stream = {}) {
+    device_buffers();
+    this->template all_reduce_impl<T>(host_view(in), host_view(out), op, false, stream.handle);
+  }
+  template <element T, class Op>
+  [[nodiscard]] work all_reduce_async(device_span<T> buf, Op op, stream_ref stream = {}) {
+    device_buffers();
+    return this->template all_reduce_impl<T>(host_view(buf), host_view(buf), op, true,
+                                             stream.handle);
+  }
+  template <element T, class Op>
+  [[nodiscard]] work all_reduce_async(device_span<const T> in, device_span<T> out, Op op,
+                                      stream_ref stream = {}) {
+    device_buffers();
+    return this->template all_reduce_impl<T>(host_view(in), host_view(out), op, true,
+                                             stream.handle);
+  }
+  template <element T, class Op>
+  void reduce(device_span<const T> in, device_span<T> out, Op op, int root,
+              stream_ref stream = {}) {
+    device_buffers();
+    this->template reduce_impl<T>(host_view(in), host_view(out), op, root, false, stream.handle);
+  }
+  template <element T, class Op>
+  void reduce(device_span<T> buf, Op op, int root, stream_ref stream = {}) {
+    device_buffers();
+    this->template reduce_impl<T>(host_view(buf), host_view(buf), op, root, false, stream.handle);
+  }
+  template <element T, class Op>
+  [[nodiscard]] work reduce_async(device_span<const T> in, device_span<T> out, Op op, int root,
+                                  stream_ref stream = {}) {
+    device_buffers();
+    return this->template reduce_impl<T>(host_view(in), host_view(out), op, root, true,
+                                         stream.handle);
+  }
+  template <element T>
+  void broadcast(device_span<T> buf, int root, stream_ref stream = {}) {
+    device_buffers();
+    this->template broadcast_impl<T>(host_view(buf), root, false, stream.handle);
+  }
+  template <element T>
+  [[nodiscard]] work broadcast_async(device_span<T> buf, int root, stream_ref stream = {}) {
+    device_buffers();
+    return this->template broadcast_impl<T>(host_view(buf), root, true, stream.handle);
+  }
+  template <element T>
+  void all_gather(device_span<const T> in, device_span<T> out, stream_ref stream = {}) {
+    device_buffers();
+    this->template all_gather_impl<T>(host_view(in), host_view(out), false, stream.handle);
+  }
+  template <element T>
+  void all_gather(device_span<T> buf, stream_ref stream = {}) {
+    device_buffers();
+    this->template all_gather_in_place<T>(host_view(buf), false, stream.handle);
+  }
+  template <element T>
+  [[nodiscard]] work all_gather_async(device_span<const T> in, device_span<T> out,
+                                      stream_ref stream = {}) {
+    device_buffers();
+    return this->template all_gather_impl<T>(host_view(in), host_view(out), true, stream.handle);
+  }
+  template <element T>
+  void gather(device_span<const T> in, device_span<T> out, int root, stream_ref stream = {}) {
+    device_buffers();
+    this->template gather_impl<T>(host_view(in), host_view(out), root, false, stream.handle);
+  }
+  template <element T>
+  [[nodiscard]] work gather_async(device_span<const T> in, device_span<T> out, int root,
+                                  stream_ref stream = {}) {
+    device_buffers();
+    return this->template gather_impl<T>(host_view(in), host_view(out), root, true, stream.handle);
+  }
+  template <element T>
+  void scatter(device_span<const T> in, device_span<T> out, int root, stream_ref stream = {}) {
+    device_buffers();
+    this->template scatter_impl<T>(host_view(in), host_view(out), root, false, stream.handle);
+  }
+  template <element T>
+  [[nodiscard]] work scatter_async(device_span<const T> in, device_span<T> out, int root,
+                                   stream_ref stream = {}) {
+    device_buffers();
+    return this->template scatter_impl<T>(host_view(in), host_view(out), root, true, stream.handle);
+  }
+  template <element T, class Op>
+  void reduce_scatter(device_span<const T> in, device_span<T> out, Op op, stream_ref stream = {}) {
+    device_buffers();
+    this->template reduce_scatter_impl<T>(host_view(in), host_view(out), op, false, stream.handle);
+  }
+  template <element T, class Op>
+  [[nodiscard]] work reduce_scatter_async(device_span<const T> in, device_span<T> out, Op op,
+                                          stream_ref stream = {}) {
+    device_buffers();
+    return this->template reduce_scatter_impl<T>(host_view(in), host_view(out), op, true,
+                                                 stream.handle);
+  }
+  template <element T>
+  void all_to_all(device_span<const T> in, device_span<T> out, stream_ref stream = {}) {
+    device_buffers();
+    this->template all_to_all_impl<T>(host_view(in), host_view(out), false, stream.handle);
+  }
+  template <element T>
+  [[nodiscard]] work all_to_all_async(device_span<const T> in, device_span<T> out,
+                                      stream_ref stream = {}) {
+    device_buffers();
+    return this->template all_to_all_impl<T>(host_view(in), host_view(out), true, stream.handle);
+  }
+  template <element T>
+  void all_gatherv(device_span<const T> in, device_span<T> out, std::span<const std::size_t> counts,
+                   stream_ref stream = {}) {
+    device_buffers();
+    this->template vector_impl<detail::collective::all_gatherv, T>(
+        host_view(in), host_view(out), counts, -1, false, stream.handle);
+  }
+  template <element T>
+  void gatherv(device_span<const T> in, device_span<T> out, std::span<const std::size_t> counts,
+               int root, stream_ref stream = {}) {
+    device_buffers();
+    this->template vector_impl<detail::collective::gatherv, T>(host_view(in), host_view(out),
+                                                               counts, root, false, stream.handle);
+  }
+  template <element T>
+  void scatterv(device_span<const T> in, device_span<T> out, std::span<const std::size_t> counts,
+                int root, stream_ref stream = {}) {
+    device_buffers();
+    this->template vector_impl<detail::collective::scatterv, T>(host_view(in), host_view(out),
+                                                                counts, root, false, stream.handle);
+  }
+  template <element T>
+  void all_to_allv(device_span<const T> in, std::span<const std::size_t> send_counts,
+                   device_span<T> out, std::span<const std::size_t> recv_counts,
+                   stream_ref stream = {}) {
+    device_buffers();
+    this->template all_to_allv_impl<T>(host_view(in), send_counts, host_view(out), recv_counts,
+                                       false, stream.handle);
+  }
+  template <element T>
+  [[nodiscard]] work all_to_allv_async(device_span<const T> in,
+                                       std::span<const std::size_t> send_counts, device_span<T> out,
+                                       std::span<const std::size_t> recv_counts,
+                                       stream_ref stream = {}) {
+    device_buffers();
+    return this->template all_to_allv_impl<T>(host_view(in), send_counts, host_view(out),
+                                              recv_counts, true, stream.handle);
+  }
+  /// Returns once every rank has entered the barrier and the work before it on `stream` is done.
+  void barrier(stream_ref stream) {
+    device_buffers();
+    this->barrier_impl(false, stream.handle);
+  }
+  template <element T>
+  void send(device_span<const T> data, int dst, std::uint64_t tag = 0, stream_ref stream = {}) {
+    device_buffers();
+    this->p2p_impl(detail::collective::send, std::as_bytes(host_view(data)), {}, dst, tag,
+                   dtype_of<T>, stream.handle);
+  }
+  template <element T>
+  void recv(device_span<T> data, int src, std::uint64_t tag = 0, stream_ref stream = {}) {
+    device_buffers();
+    this->p2p_impl(detail::collective::recv, {}, std::as_writable_bytes(host_view(data)), src, tag,
+                   dtype_of<T>, stream.handle);
+  }
+
+ private:
+  static constexpr bool on_device =
+      std::is_same_v<typename Transport::memory_space, cuda_device_memory>;
+  /// Host spans on a device transport: a compile error that says what to pass instead.
+  static constexpr void host_buffers() noexcept {
+    static_assert(!on_device,
+                  "tutti: this communicator's transport (tutti::nccl) works on GPU memory: pass "
+                  "tutti::device_span<T>(device_pointer, count), not std::span (host memory)");
+  }
+  static constexpr void device_buffers() noexcept {
+    static_assert(on_device,
+                  "tutti: tutti::device_span is GPU memory; this communicator's transport works on "
+                  "host memory: pass std::span");
+  }
+  /// The same pointer and count as a std::span, for the byte-level machinery (which never
+  /// dereferences device memory on the host).
+  template <class T>
+  static std::span<T> host_view(device_span<T> d) noexcept {
+    return {d.data(), d.size()};
   }
 };
 

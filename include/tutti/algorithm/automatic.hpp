@@ -12,6 +12,7 @@
 
 #include "tutti/algorithm/bruck.hpp"
 #include "tutti/algorithm/direct.hpp"
+#include "tutti/algorithm/native.hpp"
 #include "tutti/algorithm/recursive_doubling.hpp"
 #include "tutti/algorithm/recursive_halving.hpp"
 #include "tutti/algorithm/ring.hpp"
@@ -139,6 +140,21 @@ bool with_policy(policy_id id, F&& f) {
 
 }  // namespace detail
 
+// nvcc's front end warns (#445) that the policy lambdas' template parameter P appears in no
+// parameter type: they are called as f.template operator()<P>() on purpose.
+#ifdef __NVCC__
+#pragma nv_diagnostic push
+#pragma nv_diag_suppress 445
+#endif
+
+namespace detail {
+/// `P`, as a type that depends on `T`: a name looked up in it waits for instantiation.
+template <class P, class T>
+struct dependent {
+  using type = P;
+};
+}  // namespace detail
+
 struct automatic {
   static constexpr const char* name = "automatic";
 
@@ -194,6 +210,10 @@ struct automatic {
 
 #define TUTTI_AUTOMATIC_DISPATCH(coll, bytes, ...)                                             \
   using T = typename Ctx::transport_type;                                                      \
+  if constexpr (device_transport<T> && detail::has_##coll<native, T>) {                        \
+    detail::dependent<native, T>::type::coll(c __VA_OPT__(, ) __VA_ARGS__);                    \
+    return;                                                                                    \
+  }                                                                                            \
   auto runs = [](detail::policy_id id) {                                                       \
     return detail::with_policy(id, []<class P>() { return detail::has_##coll<P, T>; });        \
   };                                                                                           \
@@ -268,7 +288,10 @@ struct automatic {
   template <class Ctx>
   static void all_to_allv(Ctx& c, const std::byte* in, std::span<const std::size_t> sc,
                           std::byte* out, std::span<const std::size_t> rc) {
-    direct::all_to_allv(c, in, sc, out, rc);
+    if constexpr (detail::has_all_to_allv<native, typename Ctx::transport_type>)
+      native::all_to_allv(c, in, sc, out, rc);
+    else
+      direct::all_to_allv(c, in, sc, out, rc);
   }
   template <class Ctx>
   static void barrier(Ctx& c) {
@@ -277,5 +300,9 @@ struct automatic {
 
 #undef TUTTI_AUTOMATIC_DISPATCH
 };
+
+#ifdef __NVCC__
+#pragma nv_diagnostic pop
+#endif
 
 }  // namespace tutti

@@ -20,15 +20,15 @@ struct bruck {
     const auto up = static_cast<std::size_t>(p);
     // tmp block i holds rank (r + i)'s data.
     std::byte* tmp = c.scratch(b * up);
-    detail::copy_bytes(tmp, in, b);
+    c.copy(tmp, in, b);
     for (int k = 1; k < p; k <<= 1) {
       const auto n = static_cast<std::size_t>(std::min(k, p - k));
       c.sendrecv(detail::mod(r - k, p), tmp, n * b, detail::mod(r + k, p),
                  tmp + static_cast<std::size_t>(k) * b, n * b);
     }
     for (int i = 0; i < p; ++i)
-      detail::copy_bytes(out + static_cast<std::size_t>(detail::mod(r + i, p)) * b,
-                         tmp + static_cast<std::size_t>(i) * b, b);
+      c.copy(out + static_cast<std::size_t>(detail::mod(r + i, p)) * b,
+             tmp + static_cast<std::size_t>(i) * b, b);
   }
 
   template <class Ctx>
@@ -42,22 +42,22 @@ struct bruck {
     std::byte* unpack = pack + b * (up / 2 + 1);
     // Phase 1: tmp block i is for rank r + i.
     for (int i = 0; i < p; ++i)
-      detail::copy_bytes(tmp + static_cast<std::size_t>(i) * b,
-                         in + static_cast<std::size_t>(detail::mod(r + i, p)) * b, b);
+      c.copy(tmp + static_cast<std::size_t>(i) * b,
+             in + static_cast<std::size_t>(detail::mod(r + i, p)) * b, b);
     // Phase 2: blocks whose index has bit k travel k ranks further.
     for (int k = 1; k < p; k <<= 1) {
       std::size_t n = 0;
       for (int i = 0; i < p; ++i)
-        if (i & k) detail::copy_bytes(pack + (n++) * b, tmp + static_cast<std::size_t>(i) * b, b);
+        if (i & k) c.copy(pack + (n++) * b, tmp + static_cast<std::size_t>(i) * b, b);
       c.sendrecv(detail::mod(r + k, p), pack, n * b, detail::mod(r - k, p), unpack, n * b);
       n = 0;
       for (int i = 0; i < p; ++i)
-        if (i & k) detail::copy_bytes(tmp + static_cast<std::size_t>(i) * b, unpack + (n++) * b, b);
+        if (i & k) c.copy(tmp + static_cast<std::size_t>(i) * b, unpack + (n++) * b, b);
     }
     // Phase 3: tmp block i came from rank r - i.
     for (int i = 0; i < p; ++i)
-      detail::copy_bytes(out + static_cast<std::size_t>(detail::mod(r - i, p)) * b,
-                         tmp + static_cast<std::size_t>(i) * b, b);
+      c.copy(out + static_cast<std::size_t>(detail::mod(r - i, p)) * b,
+             tmp + static_cast<std::size_t>(i) * b, b);
   }
 
   template <class Ctx>

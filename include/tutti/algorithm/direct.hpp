@@ -191,7 +191,7 @@ struct direct {
     const int p = c.size(), r = c.rank();
     const auto off = detail::count_offsets(c, counts);
     const auto me = static_cast<std::size_t>(r);
-    detail::copy_bytes(out + off[me], in, off[me + 1] - off[me]);
+    c.copy(out + off[me], in, off[me + 1] - off[me]);
     for (int s = 1; s < p; ++s) {
       const auto from = static_cast<std::size_t>(detail::mod(r - s, p));
       c.sendrecv(detail::mod(r + s, p), in, off[me + 1] - off[me], static_cast<int>(from),

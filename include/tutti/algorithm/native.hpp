@@ -6,6 +6,7 @@
 /// fingerprints every call, and applies avg's final division.
 
 #include <cstddef>
+#include <span>
 
 #include "tutti/transport/concepts.hpp"
 
@@ -18,12 +19,28 @@ struct native {
     requires native_all_reduce<typename Ctx::transport_type>
   static void all_reduce(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
     c.transport().native_all_reduce(c.info(), in, out, count, c.deadline());
+    averaged(c);
   }
 
   template <class Ctx>
     requires native_reduce<typename Ctx::transport_type>
   static void reduce(Ctx& c, const std::byte* in, std::byte* out, std::size_t count, int root) {
     c.transport().native_reduce(c.info(), in, out, count, root, c.deadline());
+    averaged(c);
+  }
+
+  template <class Ctx>
+    requires native_reduce_scatter<typename Ctx::transport_type>
+  static void reduce_scatter(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
+    c.transport().native_reduce_scatter(c.info(), in, out, count, c.deadline());
+    averaged(c);
+  }
+
+  template <class Ctx>
+    requires native_all_to_allv<typename Ctx::transport_type>
+  static void all_to_allv(Ctx& c, const std::byte* in, std::span<const std::size_t> sc,
+                          std::byte* out, std::span<const std::size_t> rc) {
+    c.transport().native_all_to_allv(c.info(), in, sc, out, rc, c.deadline());
   }
 
   template <class Ctx>
@@ -60,6 +77,15 @@ struct native {
     requires native_barrier<typename Ctx::transport_type>
   static void barrier(Ctx& c) {
     c.transport().native_barrier(c.info(), c.deadline());
+  }
+
+ private:
+  /// A backend that applies avg's division itself (NCCL's ncclAvg) tells the communicator not
+  /// to divide again.
+  template <class Ctx>
+  static void averaged(Ctx& c) noexcept {
+    if constexpr (requires { Ctx::transport_type::native_avg; })
+      if constexpr (Ctx::transport_type::native_avg) c.mark_finished();
   }
 };
 

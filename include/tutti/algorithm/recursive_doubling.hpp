@@ -17,7 +17,7 @@ struct recursive_doubling {
 
   template <class Ctx>
   static void all_reduce(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
-    detail::copy_bytes(out, in, count * c.elem());
+    c.copy(out, in, count * c.elem());
     detail::doubling_all_reduce(c, out, count * c.elem());
   }
 
@@ -29,7 +29,7 @@ struct recursive_doubling {
       return;
     }
     const std::size_t bytes = count * c.elem();
-    detail::copy_bytes(out + static_cast<std::size_t>(c.rank()) * bytes, in, bytes);
+    c.copy(out + static_cast<std::size_t>(c.rank()) * bytes, in, bytes);
     const detail::fold f(p, c.rank());
     detail::doubling_all_gather(c, out, detail::equal_offsets(bytes, p), f);
   }

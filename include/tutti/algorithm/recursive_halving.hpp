@@ -20,7 +20,7 @@ struct recursive_halving {
   template <class Ctx>
   static void all_reduce(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
     const std::size_t bytes = count * c.elem();
-    detail::copy_bytes(out, in, bytes);
+    c.copy(out, in, bytes);
     const detail::fold f(c.size(), c.rank());
     detail::fold_in(c, out, bytes, f);
     if (f.newrank >= 0) {
@@ -39,7 +39,7 @@ struct recursive_halving {
     const std::size_t b = count * c.elem();
     const std::size_t total = b * static_cast<std::size_t>(p);
     std::byte* buf = c.scratch(total);
-    detail::copy_bytes(buf, in, total);
+    c.copy(buf, in, total);
     const detail::fold f(p, r);
     detail::fold_in(c, buf, total, f);
     if (f.newrank >= 0) {
@@ -56,7 +56,7 @@ struct recursive_halving {
       else
         c.recv(r + 1, buf + static_cast<std::size_t>(r) * b, b);
     }
-    detail::copy_bytes(out, buf + static_cast<std::size_t>(r) * b, b);
+    c.copy(out, buf + static_cast<std::size_t>(r) * b, b);
   }
 
   /// Recursive doubling, as recursive_doubling::all_gather.

@@ -20,7 +20,7 @@ struct ring {
 
   template <class Ctx>
   static void all_reduce(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
-    detail::copy_bytes(out, in, count * c.elem());
+    c.copy(out, in, count * c.elem());
     const auto off = detail::even_offsets(c, count, c.size());
     detail::ring_reduce_scatter(c, out, off);
     detail::ring_all_gatherv(c, out, off);
@@ -31,15 +31,15 @@ struct ring {
     const std::size_t bytes = count * c.elem();
     const auto total = bytes * static_cast<std::size_t>(c.size());
     std::byte* tmp = c.scratch(total);
-    detail::copy_bytes(tmp, in, total);
+    c.copy(tmp, in, total);
     detail::ring_reduce_scatter(c, tmp, detail::equal_offsets(bytes, c.size()));
-    detail::copy_bytes(out, tmp + static_cast<std::size_t>(c.rank()) * bytes, bytes);
+    c.copy(out, tmp + static_cast<std::size_t>(c.rank()) * bytes, bytes);
   }
 
   template <class Ctx>
   static void all_gather(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
     const std::size_t bytes = count * c.elem();
-    detail::copy_bytes(out + static_cast<std::size_t>(c.rank()) * bytes, in, bytes);
+    c.copy(out + static_cast<std::size_t>(c.rank()) * bytes, in, bytes);
     detail::ring_all_gatherv(c, out, detail::equal_offsets(bytes, c.size()));
   }
 
@@ -48,7 +48,7 @@ struct ring {
                           std::span<const std::size_t> counts) {
     const auto off = detail::count_offsets(c, counts);
     const auto me = static_cast<std::size_t>(c.rank());
-    detail::copy_bytes(out + off[me], in, off[me + 1] - off[me]);
+    c.copy(out + off[me], in, off[me + 1] - off[me]);
     detail::ring_all_gatherv(c, out, off);
   }
 

@@ -16,7 +16,7 @@ struct tree {
   template <class Ctx>
   static void all_reduce(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
     const std::size_t bytes = count * c.elem();
-    detail::copy_bytes(out, in, bytes);
+    c.copy(out, in, bytes);
     detail::binomial_reduce(c, out, bytes, 0);
     detail::binomial_broadcast(c, out, bytes, 0);
   }
@@ -25,7 +25,7 @@ struct tree {
   static void reduce(Ctx& c, const std::byte* in, std::byte* out, std::size_t count, int root) {
     const std::size_t bytes = count * c.elem();
     std::byte* acc = c.rank() == root ? out : c.scratch(bytes);
-    detail::copy_bytes(acc, in, bytes);
+    c.copy(acc, in, bytes);
     detail::binomial_reduce(c, acc, bytes, root);
   }
 

@@ -69,20 +69,26 @@ concept reduction = requires {
   std::remove_cvref_t<Op>::kind;
 } && std::is_base_of_v<detail::op_tag<std::remove_cvref_t<Op>::kind>, std::remove_cvref_t<Op>>;
 
-/// True when `Op` can reduce elements of type `T`: arithmetic ops on every numeric type but
-/// bool and char, min/max on every type, bitwise ops on integer types only.
-template <class Op, class T>
-concept reducible = reduction<Op> && element<T> && [] {
-  using t = std::remove_cv_t<T>;
-  constexpr op_kind this_op = std::remove_cvref_t<Op>::kind;
-  constexpr bool text = std::is_same_v<t, bool> || std::is_same_v<t, char>;
-  if constexpr (this_op == op_kind::band || this_op == op_kind::bor || this_op == op_kind::bxor)
-    return integral_element<t>;
-  else if constexpr (this_op == op_kind::min || this_op == op_kind::max)
+namespace detail {
+/// Whether op `K` applies to element type `T` (a function, not a lambda inside the concept:
+/// nvcc's front end rejects the latter).
+template <op_kind K, class T>
+[[nodiscard]] consteval bool op_accepts() noexcept {
+  constexpr bool text = std::is_same_v<T, bool> || std::is_same_v<T, char>;
+  if constexpr (K == op_kind::band || K == op_kind::bor || K == op_kind::bxor)
+    return integral_element<T>;
+  else if constexpr (K == op_kind::min || K == op_kind::max)
     return true;
   else
     return !text;
-}();
+}
+}  // namespace detail
+
+/// True when `Op` can reduce elements of type `T`: arithmetic ops on every numeric type but
+/// bool and char, min/max on every type, bitwise ops on integer types only.
+template <class Op, class T>
+concept reducible = reduction<Op> && element<T> &&
+                    detail::op_accepts<std::remove_cvref_t<Op>::kind, std::remove_cv_t<T>>();
 
 namespace detail {
 

@@ -92,6 +92,7 @@ struct call {
   std::uint64_t seq = 0;  ///< counts from 1 on each communicator
   reducer red;            ///< the element type's reduction (op none: copies only)
   std::size_t elem_size = 1;
+  void* stream = nullptr;  ///< device transports: the cudaStream_t to order on (null: own)
 
   [[nodiscard]] std::string name_str() const { return std::string{name(fp.coll)}; }
   /// A numbered collective, whose fingerprint peers compare on their call boards. send and

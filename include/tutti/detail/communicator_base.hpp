@@ -48,117 +48,126 @@ class communicator_base {
   // once however many types a program reduces.
 
   template <class T, class Op>
-  work all_reduce_impl(std::span<const T> in, std::span<T> out, Op, bool async) {
+  work all_reduce_impl(std::span<const T> in, std::span<T> out, Op, bool async,
+                       void* stream = nullptr) {
     check_reducible<Op, T>();
     static_assert(has_all_reduce<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement all_reduce on this transport "
                   "(see the policy table in README.md; tutti::automatic implements everything)");
-    return reducing(with<T, Op>(collective::all_reduce, in.size(), -1), bytes(in), in.size(),
-                    bytes(out), out.size(), -1, async);
+    return reducing(with<T, Op>(collective::all_reduce, in.size(), -1).on(stream), bytes(in),
+                    in.size(), bytes(out), out.size(), -1, async);
   }
 
   template <class T, class Op>
-  work reduce_impl(std::span<const T> in, std::span<T> out, Op, int root, bool async) {
+  work reduce_impl(std::span<const T> in, std::span<T> out, Op, int root, bool async,
+                   void* stream = nullptr) {
     check_reducible<Op, T>();
     static_assert(has_reduce<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement reduce on this transport");
-    return reducing(with<T, Op>(collective::reduce, in.size(), root), bytes(in), in.size(),
-                    bytes(out), out.size(), root, async);
+    return reducing(with<T, Op>(collective::reduce, in.size(), root).on(stream), bytes(in),
+                    in.size(), bytes(out), out.size(), root, async);
   }
 
   template <class T, class Op>
-  work reduce_scatter_impl(std::span<const T> in, std::span<T> out, Op, bool async) {
+  work reduce_scatter_impl(std::span<const T> in, std::span<T> out, Op, bool async,
+                           void* stream = nullptr) {
     check_reducible<Op, T>();
     static_assert(has_reduce_scatter<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement reduce_scatter on this "
                   "transport");
-    return reducing(with<T, Op>(collective::reduce_scatter, out.size(), -1), bytes(in), in.size(),
-                    bytes(out), out.size(), -1, async);
+    return reducing(with<T, Op>(collective::reduce_scatter, out.size(), -1).on(stream), bytes(in),
+                    in.size(), bytes(out), out.size(), -1, async);
   }
 
   template <class T>
-  work broadcast_impl(std::span<T> buf, int root, bool async) {
+  work broadcast_impl(std::span<T> buf, int root, bool async, void* stream = nullptr) {
     static_assert(has_broadcast<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement broadcast on this transport");
-    return moving(plain<T>(collective::broadcast, buf.size(), root), bytes(buf), buf.size(),
-                  bytes(buf), buf.size(), root, async);
+    return moving(plain<T>(collective::broadcast, buf.size(), root).on(stream), bytes(buf),
+                  buf.size(), bytes(buf), buf.size(), root, async);
   }
 
   template <class T>
-  work all_gather_impl(std::span<const T> in, std::span<T> out, bool async) {
+  work all_gather_impl(std::span<const T> in, std::span<T> out, bool async,
+                       void* stream = nullptr) {
     static_assert(has_all_gather<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement all_gather on this transport");
-    return moving(plain<T>(collective::all_gather, in.size(), -1), bytes(in), in.size(), bytes(out),
-                  out.size(), -1, async);
+    return moving(plain<T>(collective::all_gather, in.size(), -1).on(stream), bytes(in), in.size(),
+                  bytes(out), out.size(), -1, async);
   }
   template <class T>
-  work all_gather_in_place(std::span<T> buf, bool async) {
+  work all_gather_in_place(std::span<T> buf, bool async, void* stream = nullptr) {
     if (buf.size() % world() != 0) bad_size("all_gather", buf.size());
     const std::size_t n = buf.size() / world();
-    return all_gather_impl<T>(buf.subspan(static_cast<std::size_t>(rank()) * n, n), buf, async);
+    return all_gather_impl<T>(buf.subspan(static_cast<std::size_t>(rank()) * n, n), buf, async,
+                              stream);
   }
 
   template <class T>
-  work gather_impl(std::span<const T> in, std::span<T> out, int root, bool async) {
+  work gather_impl(std::span<const T> in, std::span<T> out, int root, bool async,
+                   void* stream = nullptr) {
     static_assert(has_gather<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement gather on this transport");
-    return moving(plain<T>(collective::gather, in.size(), root), bytes(in), in.size(), bytes(out),
-                  out.size(), root, async);
+    return moving(plain<T>(collective::gather, in.size(), root).on(stream), bytes(in), in.size(),
+                  bytes(out), out.size(), root, async);
   }
 
   template <class T>
-  work scatter_impl(std::span<const T> in, std::span<T> out, int root, bool async) {
+  work scatter_impl(std::span<const T> in, std::span<T> out, int root, bool async,
+                    void* stream = nullptr) {
     static_assert(has_scatter<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement scatter on this transport");
-    return moving(plain<T>(collective::scatter, out.size(), root), bytes(in), in.size(), bytes(out),
-                  out.size(), root, async);
+    return moving(plain<T>(collective::scatter, out.size(), root).on(stream), bytes(in), in.size(),
+                  bytes(out), out.size(), root, async);
   }
 
   template <class T>
-  work all_to_all_impl(std::span<const T> in, std::span<T> out, bool async) {
+  work all_to_all_impl(std::span<const T> in, std::span<T> out, bool async,
+                       void* stream = nullptr) {
     static_assert(has_all_to_all<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement all_to_all on this transport");
-    return moving(plain<T>(collective::all_to_all, in.size() / world(), -1), bytes(in), in.size(),
-                  bytes(out), out.size(), -1, async);
+    return moving(plain<T>(collective::all_to_all, in.size() / world(), -1).on(stream), bytes(in),
+                  in.size(), bytes(out), out.size(), -1, async);
   }
 
   template <collective Kind, class T>
   work vector_impl(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts,
-                   int root, bool async) {
+                   int root, bool async, void* stream = nullptr) {
     static_assert(Kind != collective::all_gatherv || has_all_gatherv<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement all_gatherv");
     static_assert(Kind != collective::gatherv || has_gatherv<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement gatherv");
     static_assert(Kind != collective::scatterv || has_scatterv<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement scatterv");
-    return vector_bytes(plain<T>(Kind, 0, root), bytes(in), in.size(), bytes(out), out.size(),
-                        counts, async);
+    return vector_bytes(plain<T>(Kind, 0, root).on(stream), bytes(in), in.size(), bytes(out),
+                        out.size(), counts, async);
   }
 
   template <class T>
   work all_to_allv_impl(std::span<const T> in, std::span<const std::size_t> sc, std::span<T> out,
-                        std::span<const std::size_t> rc, bool async) {
+                        std::span<const std::size_t> rc, bool async, void* stream = nullptr) {
     static_assert(has_all_to_allv<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement all_to_allv on this transport");
-    return all_to_allv_bytes(plain<T>(collective::all_to_allv, 0, -1), bytes(in), in.size(), sc,
-                             bytes(out), out.size(), rc, async);
+    return all_to_allv_bytes(plain<T>(collective::all_to_allv, 0, -1).on(stream), bytes(in),
+                             in.size(), sc, bytes(out), out.size(), rc, async);
   }
 
-  work barrier_impl(bool async) {
+  work barrier_impl(bool async, void* stream = nullptr) {
     static_assert(has_barrier<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement barrier on this transport");
-    return run(plain<std::uint8_t>(collective::barrier, 0, -1), async, [](ctx_t& c) {
+    return run(plain<std::uint8_t>(collective::barrier, 0, -1).on(stream), async, [](ctx_t& c) {
       if constexpr (has_barrier<Algorithm, Transport>) Algorithm::barrier(c);
     });
   }
 
   void p2p_impl(collective kind, std::span<const std::byte> out, std::span<std::byte> in, int peer,
-                std::uint64_t tag, dtype type) {
+                std::uint64_t tag, dtype type, void* stream = nullptr) {
     state& s = *s_;
     s.queue.drain();
     call c;
     c.fp = fingerprint{kind, type, op_kind::none, -1, (out.size() + in.size())};
     c.seq = s.seq;  // point-to-point calls do not take a collective sequence number
+    c.stream = stream;
     if (!s.broken.empty())
       throw error(errc::aborted, c.name_str(), c.seq, rank(), s.broken_peer, s.broken);
     if (peer < 0 || peer >= size() || peer == rank())
@@ -195,6 +204,13 @@ class communicator_base {
     fingerprint fp;
     reducer red;
     std::size_t elem;
+    void* stream = nullptr;  // device transports: the cudaStream_t (null: the transport's own)
+
+    [[nodiscard]] call_spec on(void* s) const noexcept {
+      call_spec r = *this;
+      r.stream = s;
+      return r;
+    }
   };
 
   template <class T, class Op>
@@ -254,7 +270,7 @@ class communicator_base {
         if constexpr (has_reduce_scatter<Algorithm, Transport>)
           Algorithm::reduce_scatter(c, i, o, n);
       }
-      if (o != nullptr) c.info().red.finish(o, n, c.size());
+      c.finish(o, n);
     });
   }
 
@@ -368,7 +384,9 @@ class communicator_base {
                });
   }
 
-  /// Numbers the call, then runs it now (after queued async calls) or queues it.
+  /// Numbers the call, then runs it now (after queued async calls) or queues it. On a device
+  /// transport the call is enqueued on its stream now, in the caller's thread (stream order is
+  /// issue order), and only the wait for its completion event is queued when async.
   template <class Body>
   work run(const call_spec& spec, bool async, Body body) {
     state* s = s_.get();
@@ -377,27 +395,48 @@ class communicator_base {
     c.seq = ++s->seq;
     c.red = spec.red;
     c.elem_size = spec.elem;
+    c.stream = spec.stream;
     auto job = [s, c, body = std::move(body)]() mutable {
       if (!s->broken.empty())
         throw error(errc::aborted, c.name_str(), c.seq, s->t.rank(), s->broken_peer,
                     "communicator unusable after an earlier error: " + s->broken);
-      try {
+      guarded(*s, [&] {
         s->t.publish(c);
         ctx_t ctx(s->t, c, clock::now() + s->opts.timeout, s->scratch, s->overrides);
         body(ctx);
-      } catch (const error& e) {
-        s->broken = e.what();
-        s->broken_peer = e.peer();
-        throw;
-      } catch (const std::exception& e) {
-        s->broken = e.what();
-        throw;
-      }
+      });
     };
-    if (async) return work(s->queue.push(std::move(job)));
-    s->queue.drain();
-    job();
-    return {};
+    if constexpr (device_transport<Transport>) {
+      const auto deadline = clock::now() + s->opts.timeout;
+      job();
+      auto ev = guarded(*s, [&] { return s->t.record(c); });
+      if (!async) {
+        guarded(*s, [&] { s->t.complete(ev, c, deadline); });
+        return {};
+      }
+      // The transport remembers a failure seen here for the caller's later calls.
+      return work(s->queue.push([s, ev, c, deadline] { s->t.complete(ev, c, deadline); }));
+    } else {
+      if (async) return work(s->queue.push(std::move(job)));
+      s->queue.drain();
+      job();
+      return {};
+    }
+  }
+
+  /// Runs f; an error breaks the communicator: every later call raises with it.
+  template <class F>
+  static decltype(auto) guarded(state& s, F&& f) {
+    try {
+      return f();
+    } catch (const error& e) {
+      s.broken = e.what();
+      s.broken_peer = e.peer();
+      throw;
+    } catch (const std::exception& e) {
+      s.broken = e.what();
+      throw;
+    }
   }
 
   std::unique_ptr<state> s_;

@@ -17,6 +17,11 @@
 
 namespace tutti::detail {
 
+/// memmove of host memory; nothing when n is 0 or the ranges are the same.
+inline void copy_bytes(void* d, const void* s, std::size_t n) noexcept {
+  if (n != 0 && d != s) std::memmove(d, s, n);
+}
+
 /// Scratch buffers a communicator keeps between calls, so steady-state calls do not allocate.
 struct scratch_space {
   std::vector<std::byte> algo;
@@ -89,18 +94,45 @@ class context {
     finish_reduce(inout, rbytes);
   }
 
-  /// d = a op b over `bytes` bytes of elements.
-  void reduce(void* d, const void* a, const void* b, std::size_t bytes) const noexcept {
-    c_.red(d, a, b, bytes / c_.elem_size);
+  /// d = a op b over `bytes` bytes of elements (on the GPU for device transports).
+  void reduce(void* d, const void* a, const void* b, std::size_t bytes) {
+    if constexpr (device_transport<Transport>)
+      t_.device_reduce(c_, d, a, b, bytes / c_.elem_size);
+    else
+      c_.red(d, a, b, bytes / c_.elem_size);
   }
+
+  /// dst = src, `bytes` bytes of the transport's memory (a no-op when they are the same).
+  void copy(void* dst, const void* src, std::size_t bytes) {
+    if constexpr (device_transport<Transport>)
+      t_.device_copy(c_, dst, src, bytes);
+    else
+      copy_bytes(dst, src, bytes);
+  }
+
+  /// avg's final division of the `count` result elements at `out`, unless the policy's
+  /// backend already applied it (mark_finished).
+  void finish(void* out, std::size_t count) {
+    if (finished_ || out == nullptr) return;
+    if constexpr (device_transport<Transport>)
+      t_.device_finish(c_, out, count);
+    else
+      c_.red.finish(out, count, size());
+  }
+  /// The backend applied avg's division itself (NCCL's ncclAvg).
+  void mark_finished() noexcept { finished_ = true; }
 
   /// Which half of the shared segment the next round uses (0 or 1). Consecutive rounds
   /// alternate, so a rank may start writing round k + 1 while peers still read round k.
   [[nodiscard]] std::size_t next_segment_half() noexcept { return scratch_.segment_rounds++ % 2; }
 
-  /// Scratch memory for the algorithm, valid until the call returns.
+  /// Scratch memory for the algorithm (in the transport's memory), valid until the call
+  /// returns.
   [[nodiscard]] std::byte* scratch(std::size_t bytes) {
-    return scratch_space::grow(scratch_.algo, bytes);
+    if constexpr (device_transport<Transport>)
+      return t_.device_scratch(c_, bytes, false);
+    else
+      return scratch_space::grow(scratch_.algo, bytes);
   }
 
  private:
@@ -108,11 +140,17 @@ class context {
     if constexpr (fused_receive<Transport>) {
       return t_.irecv_reduce(from, {static_cast<std::byte*>(inout), bytes}, c_);
     } else {
-      return irecv(from, scratch_space::grow(scratch_.staging, bytes), bytes);
+      return irecv(from, staging(bytes), bytes);
     }
   }
   void finish_reduce(void* inout, std::size_t bytes) {
-    if constexpr (!fused_receive<Transport>) reduce(inout, inout, scratch_.staging.data(), bytes);
+    if constexpr (!fused_receive<Transport>) reduce(inout, inout, staging(bytes), bytes);
+  }
+  std::byte* staging(std::size_t bytes) {
+    if constexpr (device_transport<Transport>)
+      return t_.device_scratch(c_, bytes, true);
+    else
+      return scratch_space::grow(scratch_.staging, bytes);
   }
 
   Transport& t_;
@@ -120,6 +158,7 @@ class context {
   clock::time_point deadline_;
   scratch_space& scratch_;
   const algo_table& overrides_;
+  bool finished_ = false;
 };
 
 /// Splits `count` elements into `parts` blocks as evenly as possible; block i starts at

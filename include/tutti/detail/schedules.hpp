@@ -15,10 +15,6 @@ namespace tutti::detail {
 
 inline int mod(int a, int p) noexcept { return ((a % p) + p) % p; }
 
-inline void copy_bytes(void* d, const void* s, std::size_t n) noexcept {
-  if (n != 0 && d != s) std::memmove(d, s, n);
-}
-
 /// Ring all-gather of variable blocks: block r lives at out + off[r] (off has p + 1 entries)
 /// and this rank's block is already in place. p - 1 steps; each rank sends what it last got.
 template <class Ctx>
@@ -108,7 +104,7 @@ void binomial_gather(Ctx& c, const std::byte* in, std::byte* out, std::size_t by
   const int p = c.size(), v = mod(c.rank() - root, p);
   // tmp holds the blocks of virtual ranks v, v+1, ... in that order.
   std::byte* tmp = c.scratch(bytes * static_cast<std::size_t>(p));
-  copy_bytes(tmp, in, bytes);
+  c.copy(tmp, in, bytes);
   std::size_t held = 1;
   for (int mask = 1; mask < p; mask <<= 1) {
     if (v & mask) {
@@ -122,8 +118,8 @@ void binomial_gather(Ctx& c, const std::byte* in, std::byte* out, std::size_t by
     }
   }
   for (int i = 0; i < p; ++i)
-    copy_bytes(out + static_cast<std::size_t>(mod(i + root, p)) * bytes,
-               tmp + static_cast<std::size_t>(i) * bytes, bytes);
+    c.copy(out + static_cast<std::size_t>(mod(i + root, p)) * bytes,
+           tmp + static_cast<std::size_t>(i) * bytes, bytes);
 }
 
 /// Binomial scatter of equal blocks of `bytes` from `root`'s `in` (p blocks, rank order).
@@ -134,8 +130,8 @@ void binomial_scatter(Ctx& c, const std::byte* in, std::byte* out, std::size_t b
   int mask = 1;
   if (v == 0) {
     for (int i = 0; i < p; ++i)
-      copy_bytes(tmp + static_cast<std::size_t>(i) * bytes,
-                 in + static_cast<std::size_t>(mod(i + root, p)) * bytes, bytes);
+      c.copy(tmp + static_cast<std::size_t>(i) * bytes,
+             in + static_cast<std::size_t>(mod(i + root, p)) * bytes, bytes);
     while (mask < p) mask <<= 1;
   } else {
     while (!(v & mask)) mask <<= 1;
@@ -147,7 +143,7 @@ void binomial_scatter(Ctx& c, const std::byte* in, std::byte* out, std::size_t b
       const auto child = static_cast<std::size_t>(std::min(mask, p - (v + mask)));
       c.send(mod(v + mask + root, p), tmp + static_cast<std::size_t>(mask) * bytes, child * bytes);
     }
-  copy_bytes(out, tmp, bytes);
+  c.copy(out, tmp, bytes);
 }
 
 /// Linear gather of blocks (byte offsets `off` into root's `out`): every rank sends to root,
@@ -167,7 +163,7 @@ void linear_gatherv(Ctx& c, const std::byte* in, std::byte* out, std::span<const
     const auto i = static_cast<std::size_t>(q);
     if (q != r) reqs.push_back(c.irecv(q, out + off[i], off[i + 1] - off[i]));
   }
-  copy_bytes(out + off[me], in, off[me + 1] - off[me]);
+  c.copy(out + off[me], in, off[me + 1] - off[me]);
   for (auto& q : reqs) c.wait(q);
 }
 
@@ -187,7 +183,7 @@ void linear_scatterv(Ctx& c, const std::byte* in, std::byte* out, std::span<cons
     const auto i = static_cast<std::size_t>(q);
     if (q != r) reqs.push_back(c.isend(q, in + off[i], off[i + 1] - off[i]));
   }
-  copy_bytes(out, in + off[me], off[me + 1] - off[me]);
+  c.copy(out, in + off[me], off[me + 1] - off[me]);
   for (auto& q : reqs) c.wait(q);
 }
 
@@ -199,11 +195,11 @@ void pairwise_all_to_allv(Ctx& c, const std::byte* in, std::span<const std::size
   const int p = c.size(), r = c.rank();
   if (in == out) {
     std::byte* tmp = c.scratch(soff.back());
-    copy_bytes(tmp, in, soff.back());
+    c.copy(tmp, in, soff.back());
     in = tmp;
   }
   const auto me = static_cast<std::size_t>(r);
-  copy_bytes(out + roff[me], in + soff[me], soff[me + 1] - soff[me]);
+  c.copy(out + roff[me], in + soff[me], soff[me + 1] - soff[me]);
   for (int s = 1; s < p; ++s) {
     const auto to = static_cast<std::size_t>(mod(r + s, p));
     const auto from = static_cast<std::size_t>(mod(r - s, p));

@@ -97,7 +97,9 @@ inline constexpr const char* store_token_variable = "TUTTI_STORE_TOKEN";
 /// Builds one frame: [u32 payload length][payload].
 class store_frame {
  public:
-  store_frame() : buf_(4) {}
+  // Room reserved up front: most frames are small, and GCC 12 (-O2, as nvcc's host pass runs
+  // it) wrongly reports -Warray-bounds on the first growth of a 4-byte vector.
+  store_frame() : buf_(4) { buf_.reserve(64); }
   store_frame& u8(std::uint8_t v) { return le(v, 1); }
   store_frame& u32(std::uint32_t v) { return le(v, 4); }
   store_frame& u64(std::uint64_t v) { return le(v, 8); }

@@ -72,6 +72,22 @@ concept line_exchange =
 template <class T>
 concept host_transport = point_to_point<T> && std::same_as<typename T::memory_space, host_memory>;
 
+/// Device-memory transports (tutti::nccl): work is enqueued on a CUDA stream. The communicator
+/// records an event after each call (`record`) and waits for it with the call's deadline
+/// (`complete`): at once for a blocking call, on its progress thread for an async one. Own
+/// policies copy, reduce and keep scratch on the device through the transport.
+template <class T>
+concept device_transport =
+    point_to_point<T> && std::same_as<typename T::memory_space, cuda_device_memory> &&
+    requires(T& t, const detail::call& c, void* d, const void* s, std::size_t n,
+             detail::clock::time_point deadline) {
+      t.complete(t.record(c), c, deadline);
+      t.device_copy(c, d, s, n);
+      t.device_reduce(c, d, s, s, n);
+      t.device_finish(c, d, n);
+      { t.device_scratch(c, n, true) } -> std::same_as<std::byte*>;
+    };
+
 /// Transports whose backend runs collectives itself (Gloo's algorithms, NCCL's kernels):
 /// tutti::native delegates to them. One concept per collective; a backend offers a subset.
 template <class T>
@@ -103,12 +119,22 @@ concept native_all_to_all =
     requires(T& t, const detail::call& c, const std::byte* in, std::byte* out, std::size_t n,
              detail::clock::time_point d) { t.native_all_to_all(c, in, out, n, d); };
 template <class T>
+concept native_reduce_scatter =
+    requires(T& t, const detail::call& c, const std::byte* in, std::byte* out, std::size_t n,
+             detail::clock::time_point d) { t.native_reduce_scatter(c, in, out, n, d); };
+template <class T>
+concept native_all_to_allv =
+    requires(T& t, const detail::call& c, const std::byte* in, std::span<const std::size_t> sc,
+             std::byte* out, std::span<const std::size_t> rc,
+             detail::clock::time_point d) { t.native_all_to_allv(c, in, sc, out, rc, d); };
+template <class T>
 concept native_barrier =
     requires(T& t, const detail::call& c, detail::clock::time_point d) { t.native_barrier(c, d); };
 /// The transport runs at least one collective natively.
 template <class T>
 concept native_collectives =
     native_all_reduce<T> || native_reduce<T> || native_broadcast<T> || native_all_gather<T> ||
-    native_gather<T> || native_scatter<T> || native_all_to_all<T> || native_barrier<T>;
+    native_gather<T> || native_scatter<T> || native_all_to_all<T> || native_reduce_scatter<T> ||
+    native_all_to_allv<T> || native_barrier<T>;
 
 }  // namespace tutti
