@@ -36,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -147,7 +148,10 @@ struct nccl_state {
   std::size_t scratch_bytes = 0;
   void* staging = nullptr;
   std::size_t staging_bytes = 0;
-  void* small = nullptr;  ///< 64 device bytes: barrier's word, fingerprints when checking
+  void* small = nullptr;  ///< 64 device bytes: barrier's word
+  /// Outgrown scratch, freed with the communicator: a message posted into it may still be
+  /// waiting for its group when the buffer is outgrown, so it is never freed mid-call.
+  std::vector<void*> retired;
 
   nccl_state() = default;
   nccl_state(const nccl_state&) = delete;
@@ -169,13 +173,17 @@ struct nccl_state {
       }
     }
     if (comm != nullptr && !comm_aborted) {
-      if (healthy && ncclCommFinalize(comm) == ncclSuccess) healthy = settle(deadline);
+      if (healthy) {
+        const ncclResult_t f = ncclCommFinalize(comm);  // ncclInProgress: non-blocking
+        healthy = (f == ncclSuccess || f == ncclInProgress) && settle(deadline);
+      }
       if (healthy)
         (void)ncclCommDestroy(comm);
       else
         (void)ncclCommAbort(comm);
     }
-    for (void* p : {scratch, staging, small})
+    retired.insert(retired.end(), {scratch, staging, small});
+    for (void* p : retired)
       if (p != nullptr) (void)cudaFree(p);
     for (cudaEvent_t e : free_events) (void)cudaEventDestroy(e);
     if (stream != nullptr) (void)cudaStreamDestroy(stream);
@@ -309,15 +317,12 @@ struct nccl_state {
   void* grow(void*& slot, std::size_t& have, std::size_t bytes, cudaStream_t s,
              const std::string& what, std::uint64_t seq) {
     if (have >= bytes) return slot;
-    if (slot != nullptr) {
-      const cudaError_t f = cudaFreeAsync(slot, s);
-      if (f != cudaSuccess) throw_cuda(f, "cudaFreeAsync", what, seq);
-      slot = nullptr;
-      have = 0;
-    }
-    const std::size_t want = std::max<std::size_t>(bytes, 4096);
-    const cudaError_t r = cudaMallocAsync(&slot, want, s);
+    const std::size_t want = std::max({bytes, 2 * have, std::size_t{4096}});
+    void* fresh = nullptr;
+    const cudaError_t r = cudaMallocAsync(&fresh, want, s);
     if (r != cudaSuccess) throw_cuda(r, "cudaMallocAsync", what, seq);
+    if (slot != nullptr) retired.push_back(slot);
+    slot = fresh;
     have = want;
     return slot;
   }
