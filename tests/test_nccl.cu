@@ -1,0 +1,425 @@
+// tutti::nccl on real GPUs: every collective, blocking and async, on the communicator's stream
+// and on a user's, in place and out of place, checked element by element against exact values.
+// One rank per GPU (NCCL cannot run two ranks on one GPU): the world size is the number of
+// GPUs, 1 on a one-GPU machine, where every collective still runs through NCCL and must give
+// the identity (avg divides by 1). Without a GPU: "SKIP: no CUDA device", exit 77 (ctest:
+// skipped). Built by nvcc with <tutti/transport/nccl.cuh>, so tutti's own policies (ring, tree,
+// recursive_halving) run too, with the device reduction kernels.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <tutti/transport/nccl.cuh>
+#include <tutti/tutti.hpp>
+
+#include "gpu_count.hpp"
+
+namespace {
+
+int g_rank = -1;
+int g_checks = 0;
+int g_failures = 0;
+
+void expect(bool ok, const std::string& what, int line) {
+  ++g_checks;
+  if (ok) return;
+  ++g_failures;
+  std::fprintf(stderr, "rank %d: test_nccl.cu:%d: FAILED: %s\n", g_rank, line, what.c_str());
+}
+#define EXPECT(cond) expect((cond), #cond, __LINE__)
+
+void cuda_ok(cudaError_t r, const char* what) {
+  if (r != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(r));
+}
+
+/// cudaMalloc'd memory for `n` elements of T (none for n == 0), freed on destruction.
+template <class T>
+class device_buffer {
+ public:
+  explicit device_buffer(std::size_t n) : n_(n) {
+    if (n_ != 0) cuda_ok(cudaMalloc(&p_, n_ * sizeof(T)), "cudaMalloc");
+  }
+  explicit device_buffer(const std::vector<T>& host) : device_buffer(host.size()) { upload(host); }
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+  ~device_buffer() {
+    if (p_ != nullptr) (void)cudaFree(p_);
+  }
+
+  [[nodiscard]] tutti::device_span<T> span() const noexcept { return {p_, n_}; }
+  [[nodiscard]] tutti::device_span<const T> cspan() const noexcept { return {p_, n_}; }
+  void upload(const std::vector<T>& host) {
+    if (n_ != 0)
+      cuda_ok(cudaMemcpy(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  }
+  [[nodiscard]] std::vector<T> download() const {
+    std::vector<T> host(n_);
+    if (n_ != 0)
+      cuda_ok(cudaMemcpy(host.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), "download");
+    return host;
+  }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+template <class T>
+[[nodiscard]] std::vector<T> make(std::size_t n, auto value) {
+  std::vector<T> v;
+  v.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) v.push_back(static_cast<T>(static_cast<double>(value(i))));
+  return v;
+}
+
+/// Every element of `got` equals want(i) (within `tol`, 0 for exact); reports the first miss.
+template <class T>
+void expect_values(const std::vector<T>& got, auto want, const std::string& what, int line,
+                   double tol = 0.0) {
+  ++g_checks;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double g = static_cast<double>(got[i]);
+    const double w = static_cast<double>(want(i));
+    if (std::fabs(g - w) > tol * std::max(1.0, std::fabs(w))) {
+      ++g_failures;
+      std::fprintf(stderr,
+                   "rank %d: test_nccl.cu:%d: FAILED: %s: element %zu of %zu is %g, not %g\n",
+                   g_rank, line, what.c_str(), i, got.size(), g, w);
+      return;
+    }
+  }
+}
+
+/// `fn` raises tutti::error of kind `kind`.
+void expect_error(tutti::errc kind, auto fn, const std::string& what, int line) {
+  try {
+    fn();
+  } catch (const tutti::error& e) {
+    expect(e.kind() == kind, what + ": raised the wrong kind: " + e.what(), line);
+    return;
+  }
+  expect(false, what + ": did not raise", line);
+}
+
+/// The relative error NCCL's avg may make on floating types at a world size that is not a
+/// power of two (it scales every input by 1/W, rounded, before summing); exact otherwise.
+template <class T>
+[[nodiscard]] double avg_tolerance(int world) {
+  if (std::is_integral_v<T> || (world & (world - 1)) == 0) return 0.0;
+  const double eps = std::is_same_v<T, float>         ? 0x1p-23
+                     : std::is_same_v<T, tutti::half> ? 0x1p-10
+                                                      : 0x1p-7;  // bfloat16
+  return 2.0 * world * eps;
+}
+
+using native_comm = tutti::communicator<tutti::nccl, tutti::native>;
+
+/// all_reduce and reduce of T: sum, avg, max, min, in place and out of place. Inputs are
+/// small integers (i % 16 + rank + 1), so every sum is exact in every type, 16-bit ones too.
+template <class T>
+void reductions(native_comm& comm, const char* type) {
+  const int r = comm.rank(), w = comm.size();
+  const std::string t = type;
+  const auto input = [r](std::size_t i) { return static_cast<double>(i % 16) + r + 1; };
+  const auto sum = [w](std::size_t i) { return w * static_cast<double>(i % 16) + w * (w + 1) / 2; };
+  for (const std::size_t n : {std::size_t{1}, std::size_t{1000}}) {
+    const std::string at = t + " n=" + std::to_string(n);
+    device_buffer<T> buf(make<T>(n, input));
+    comm.all_reduce(buf.span(), tutti::sum);
+    expect_values(buf.download(), sum, "all_reduce sum " + at, __LINE__);
+
+    buf.upload(make<T>(n, input));
+    comm.all_reduce(buf.span(), tutti::max);
+    expect_values(
+        buf.download(), [w](std::size_t i) { return static_cast<double>(i % 16) + w; },
+        "all_reduce max " + at, __LINE__);
+
+    buf.upload(make<T>(n, input));
+    comm.all_reduce(buf.span(), tutti::min);
+    expect_values(
+        buf.download(), [](std::size_t i) { return static_cast<double>(i % 16) + 1; },
+        "all_reduce min " + at, __LINE__);
+
+    buf.upload(make<T>(n, input));
+    comm.all_reduce(buf.span(), tutti::avg);
+    if constexpr (std::is_integral_v<T>) {  // NCCL: the sum, divided in integers
+      expect_values(
+          buf.download(), [&](std::size_t i) { return std::floor(sum(i) / w); },
+          "all_reduce avg " + at, __LINE__);
+    } else {
+      expect_values(
+          buf.download(),
+          [w](std::size_t i) { return static_cast<double>(i % 16) + (w + 1) / 2.0; },
+          "all_reduce avg " + at, __LINE__, avg_tolerance<T>(w));
+    }
+
+    // Out of place: the input stays as it was.
+    const device_buffer<T> in(make<T>(n, input));
+    device_buffer<T> out(n);
+    comm.all_reduce(in.cspan(), out.span(), tutti::sum);
+    expect_values(out.download(), sum, "all_reduce out of place " + at, __LINE__);
+    expect_values(in.download(), input, "all_reduce out of place leaves the input " + at, __LINE__);
+
+    // reduce to the last rank, out of place and in place.
+    const int root = w - 1;
+    device_buffer<T> red(n);
+    comm.reduce(in.cspan(), red.span(), tutti::sum, root);
+    if (r == root) expect_values(red.download(), sum, "reduce " + at, __LINE__);
+    buf.upload(make<T>(n, input));
+    comm.reduce(buf.span(), tutti::max, 0);
+    if (r == 0)
+      expect_values(
+          buf.download(), [w](std::size_t i) { return static_cast<double>(i % 16) + w; },
+          "reduce in place " + at, __LINE__);
+  }
+
+  // reduce_scatter: rank q's block of the sum. in_p[j] = j % 16 + p.
+  const std::size_t c = 5;
+  const std::size_t total = c * static_cast<std::size_t>(w);
+  const device_buffer<T> in(make<T>(total, [r](std::size_t j) { return j % 16 + r; }));
+  device_buffer<T> out(c);
+  comm.reduce_scatter(in.cspan(), out.span(), tutti::sum);
+  expect_values(
+      out.download(),
+      [&](std::size_t i) {
+        return w * static_cast<double>((static_cast<std::size_t>(r) * c + i) % 16) +
+               w * (w - 1) / 2;
+      },
+      "reduce_scatter sum " + t, __LINE__);
+}
+
+/// The collectives that move data without reducing, on int32 (bytes to NCCL: the type does not
+/// matter), with `c` elements per rank.
+void movements(native_comm& comm, std::size_t c) {
+  using T = std::int32_t;
+  const int r = comm.rank(), w = comm.size();
+  const auto ws = static_cast<std::size_t>(w), rs = static_cast<std::size_t>(r);
+  const std::string at = " c=" + std::to_string(c);
+
+  for (const int root : {0, w - 1}) {
+    device_buffer<T> buf(make<T>(c, [&](std::size_t i) { return r == root ? 2 * i + 7 : -1.0; }));
+    comm.broadcast(buf.span(), root);
+    expect_values(
+        buf.download(), [](std::size_t i) { return 2.0 * i + 7; },
+        "broadcast from " + std::to_string(root) + at, __LINE__);
+  }
+
+  // Rank p's element i is p * 1000 + i.
+  const auto own = [](std::size_t p, std::size_t i) { return static_cast<double>(p * 1000 + i); };
+  const device_buffer<T> mine(make<T>(c, [&](std::size_t i) { return own(rs, i); }));
+  const auto gathered = [&](std::size_t j) { return own(j / c, j % c); };
+
+  device_buffer<T> all(c * ws);
+  comm.all_gather(mine.cspan(), all.span());
+  expect_values(all.download(), gathered, "all_gather" + at, __LINE__);
+
+  // In place: this rank's block of the buffer already holds its contribution.
+  device_buffer<T> in_place(
+      make<T>(c * ws, [&](std::size_t j) { return j / c == rs ? own(rs, j % c) : -1.0; }));
+  comm.all_gather(in_place.span());
+  expect_values(in_place.download(), gathered, "all_gather in place" + at, __LINE__);
+
+  const int root = w - 1;
+  device_buffer<T> at_root(c * ws);
+  comm.gather(mine.cspan(), at_root.span(), root);
+  if (r == root) expect_values(at_root.download(), gathered, "gather" + at, __LINE__);
+
+  // scatter: the root's element j is 3j; rank p gets elements p*c .. p*c + c - 1.
+  const device_buffer<T> to_scatter(
+      make<T>(c * ws, [&](std::size_t j) { return r == 0 ? 3.0 * j : -1.0; }));
+  device_buffer<T> piece(c);
+  comm.scatter(to_scatter.cspan(), piece.span(), 0);
+  expect_values(
+      piece.download(), [&](std::size_t i) { return 3.0 * static_cast<double>(rs * c + i); },
+      "scatter" + at, __LINE__);
+
+  // all_to_all: block q of rank p's input, (p, q, i) encoded, lands as block p on rank q.
+  const auto code = [](std::size_t p, std::size_t q, std::size_t i) {
+    return static_cast<double>(p * 10000 + q * 100 + i);
+  };
+  const device_buffer<T> send(
+      make<T>(c * ws, [&](std::size_t j) { return code(rs, j / c, j % c); }));
+  device_buffer<T> recv(c * ws);
+  comm.all_to_all(send.cspan(), recv.span());
+  expect_values(
+      recv.download(), [&](std::size_t j) { return code(j / c, rs, j % c); }, "all_to_all" + at,
+      __LINE__);
+}
+
+/// Async calls and blocking calls on a user's stream.
+void streams(native_comm& comm) {
+  const int w = comm.size();
+  cudaStream_t s = nullptr;
+  cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  const std::size_t n = 4096;
+  std::vector<float> ones(n, 1.0f);
+  device_buffer<float> buf(n);
+
+  // Stream order: the upload on `s` precedes the collective enqueued on `s`.
+  cuda_ok(
+      cudaMemcpyAsync(buf.span().data(), ones.data(), n * sizeof(float), cudaMemcpyHostToDevice, s),
+      "cudaMemcpyAsync");
+  tutti::work one = comm.all_reduce_async(buf.span(), tutti::sum, s);
+  one.wait();
+  EXPECT(one.done());
+  expect_values(
+      buf.download(), [w](std::size_t) { return static_cast<double>(w); },
+      "all_reduce_async on a user stream", __LINE__);
+
+  // Three in flight on one stream, waited in order: W, W^2, W^3.
+  buf.upload(ones);
+  std::vector<tutti::work> pending;
+  for (int k = 0; k < 3; ++k) pending.push_back(comm.all_reduce_async(buf.span(), tutti::sum, s));
+  for (auto& wk : pending) wk.wait();
+  expect_values(
+      buf.download(), [w](std::size_t) { return static_cast<double>(w) * w * w; },
+      "three all_reduce_async in a row", __LINE__);
+
+  // Async on the communicator's own stream; out of place.
+  buf.upload(ones);
+  device_buffer<float> out(n);
+  tutti::work own = comm.all_reduce_async(buf.cspan(), out.span(), tutti::avg);
+  own.wait();
+  expect_values(
+      out.download(), [](std::size_t) { return 1.0; }, "all_reduce_async avg out of place",
+      __LINE__);
+
+  // Blocking on a user stream: returns once the work on `s` is done.
+  buf.upload(ones);
+  comm.all_reduce(buf.span(), tutti::sum, s);
+  std::vector<float> host(n);
+  cuda_ok(
+      cudaMemcpyAsync(host.data(), buf.span().data(), n * sizeof(float), cudaMemcpyDeviceToHost, s),
+      "cudaMemcpyAsync");
+  cuda_ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  expect_values(
+      host, [w](std::size_t) { return static_cast<double>(w); },
+      "blocking all_reduce on a user stream", __LINE__);
+
+  // Other async collectives.
+  device_buffer<float> b(make<float>(
+      n, [&](std::size_t i) { return comm.rank() == 0 ? static_cast<double>(i) : -1.0; }));
+  comm.broadcast_async(b.span(), 0, s).wait();
+  expect_values(
+      b.download(), [](std::size_t i) { return static_cast<double>(i); }, "broadcast_async",
+      __LINE__);
+  device_buffer<float> g(n * static_cast<std::size_t>(w));
+  comm.all_gather_async(b.cspan(), g.span(), s).wait();
+  expect_values(
+      g.download(), [n](std::size_t j) { return static_cast<double>(j % n); }, "all_gather_async",
+      __LINE__);
+
+  comm.barrier(s);
+  cuda_ok(cudaStreamDestroy(s), "cudaStreamDestroy");
+}
+
+/// Zero counts are no-ops; a root outside the world raises errc::invalid_argument before
+/// anything runs.
+void edges(native_comm& comm) {
+  const int w = comm.size();
+  device_buffer<float> none(0);
+  comm.all_reduce(none.span(), tutti::sum);
+  comm.all_reduce(tutti::device_span<float>(nullptr, 0), tutti::avg);
+  comm.broadcast(none.span(), 0);
+  comm.all_gather(none.cspan(), none.span());
+  comm.reduce_scatter(none.cspan(), none.span(), tutti::sum);
+  comm.all_to_all(none.cspan(), none.span());
+  comm.all_reduce_async(none.span(), tutti::sum).wait();
+  EXPECT(true);  // reached: no zero-count call raised
+
+  device_buffer<float> buf(4);
+  for (const int bad : {w, -1}) {
+    const std::string at = "root " + std::to_string(bad);
+    expect_error(
+        tutti::errc::invalid_argument, [&] { comm.broadcast(buf.span(), bad); }, "broadcast " + at,
+        __LINE__);
+    expect_error(
+        tutti::errc::invalid_argument, [&] { comm.reduce(buf.span(), tutti::sum, bad); },
+        "reduce " + at, __LINE__);
+  }
+}
+
+/// tutti's own policies over NCCL's send/recv, reducing with nccl.cuh's kernels.
+template <class Policy>
+void own_policy(const char* name) {
+  auto comm = tutti::communicator<tutti::nccl, Policy>::from_env();
+  const int r = comm.rank(), w = comm.size();
+  for (const std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{100000}}) {
+    const std::string at = std::string(name) + " n=" + std::to_string(n);
+    device_buffer<float> buf(
+        make<float>(n, [r](std::size_t i) { return static_cast<double>(i % 16) + r + 1; }));
+    comm.all_reduce(buf.span(), tutti::sum);
+    expect_values(
+        buf.download(),
+        [w](std::size_t i) { return w * static_cast<double>(i % 16) + w * (w + 1) / 2; },
+        "all_reduce sum " + at, __LINE__);
+    buf.upload(make<float>(n, [r](std::size_t i) { return static_cast<double>(i % 16) + r + 1; }));
+    comm.all_reduce(buf.span(), tutti::avg);
+    expect_values(
+        buf.download(), [w](std::size_t i) { return static_cast<double>(i % 16) + (w + 1) / 2.0; },
+        "all_reduce avg " + at, __LINE__, avg_tolerance<float>(w));
+  }
+}
+
+int rank_main(int gpus) {
+  auto comm = native_comm::from_env();
+  g_rank = comm.rank();
+  const int w = comm.size();
+  EXPECT(w == gpus);
+  int devices = 0;
+  cuda_ok(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+  EXPECT(comm.transport().device() == comm.rank() % devices);
+  EXPECT(comm.transport().handle() != nullptr);
+  EXPECT(comm.transport().stream() != nullptr);
+
+  reductions<float>(comm, "float");
+  reductions<tutti::half>(comm, "half");
+  reductions<tutti::bfloat16>(comm, "bfloat16");
+  reductions<std::int32_t>(comm, "int32");
+  for (const std::size_t c : {std::size_t{1}, std::size_t{3}, std::size_t{4097}})
+    movements(comm, c);
+  streams(comm);
+  comm.barrier();
+
+  // tutti::automatic (the default policy) is NCCL's own collectives on tutti::nccl.
+  {
+    auto automatic = tutti::communicator<tutti::nccl>::from_env();
+    device_buffer<std::int32_t> buf(
+        make<std::int32_t>(10, [&](std::size_t i) { return i + g_rank; }));
+    automatic.all_reduce(buf.span(), tutti::sum);
+    expect_values(
+        buf.download(), [w](std::size_t i) { return w * static_cast<double>(i) + w * (w - 1) / 2; },
+        "automatic all_reduce", __LINE__);
+  }
+  own_policy<tutti::ring>("ring");
+  own_policy<tutti::tree>("tree");
+  own_policy<tutti::recursive_halving>("recursive_halving");
+
+  edges(comm);  // last: what a communicator does after an error is not this test's business
+
+  std::printf("rank %d of %d (GPU %d): %d checks, %d failed\n", g_rank, w,
+              comm.transport().device(), g_checks, g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main() {
+  // Count GPUs without touching CUDA: the ranks fork from this process.
+  const int gpus = gpu_count::visible_gpus();
+  if (gpus == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 77;
+  }
+  return tutti::spawn(gpus, [gpus] { return rank_main(gpus); });
+}
