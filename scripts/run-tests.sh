@@ -3,7 +3,9 @@
 #
 # Installs missing build dependencies (Debian/Ubuntu, via apt), then for each
 # preset configures, builds and runs ctest with the matching test preset.
-#   TUTTI_PRESETS="release"   run only these presets (default: release asan-ubsan tsan)
+#   TUTTI_PRESETS="release"   run only these presets (default: release asan-ubsan tsan, and
+#                             nccl where the CUDA toolkit and NCCL are installed; its GPU
+#                             tests report "skipped" on machines without a GPU)
 #   TUTTI_FAIL_FAST=1         stop at the first failing preset
 # Exits non-zero if any step of any preset fails.
 set -euo pipefail
@@ -12,7 +14,44 @@ set -euo pipefail
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 cd "$TUTTI_ROOT"
 
-read -r -a presets <<<"${TUTTI_PRESETS:-release asan-ubsan tsan}"
+# The nccl preset needs nvcc and NCCL (not a GPU: without one its GPU tests exit 77, which
+# ctest counts as skipped, not failed). nvcc off PATH in the usual place is used from there.
+tutti_cuda_ready() {
+  local nvcc root
+  nvcc="$(command -v nvcc 2>/dev/null || true)"
+  if [[ -z "$nvcc" && -x /usr/local/cuda/bin/nvcc ]]; then
+    nvcc=/usr/local/cuda/bin/nvcc
+    export CUDACXX="$nvcc" CUDAToolkit_ROOT=/usr/local/cuda
+  fi
+  if [[ -z "$nvcc" ]]; then
+    tutti_info "nccl preset skipped: no CUDA toolkit (nvcc neither on PATH nor in /usr/local/cuda/bin)"
+    return 1
+  fi
+  root="$(cd "$(dirname "$nvcc")/.." && pwd)"
+  local dir
+  for dir in "${NCCL_ROOT:-}" "${NCCL_HOME:-}" "$root" "$root/targets/$(uname -m)-linux" /usr     /usr/local; do
+    if [[ -n "$dir" && -f "$dir/include/nccl.h" ]]; then
+      tutti_info "nccl preset: nvcc $nvcc, NCCL in $dir"
+      return 0
+    fi
+  done
+  tutti_info "nccl preset skipped: CUDA toolkit at $root but no nccl.h (set NCCL_ROOT)"
+  return 1
+}
+
+if [[ -n "${TUTTI_PRESETS:-}" ]]; then
+  read -r -a presets <<<"$TUTTI_PRESETS"
+  # Asked for by name: find nvcc the same way (its configure step reports what is missing).
+  if [[ " ${presets[*]} " == *" nccl "* ]]; then
+    tutti_cuda_ready || true
+  fi
+else
+  presets=(release asan-ubsan tsan)
+  tutti_step "looking for the CUDA toolkit and NCCL (nccl preset)"
+  if tutti_cuda_ready; then
+    presets+=(nccl)
+  fi
+fi
 ((${#presets[@]} > 0)) || tutti_die "TUTTI_PRESETS is empty"
 
 tutti_ensure_deps
