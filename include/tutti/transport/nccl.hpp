@@ -380,7 +380,7 @@ class nccl {
     const std::string path = bootstrap::private_dir() + "/" + bootstrap::local_job_key() +
                              ".nccl." + key.substr(std::string_view("tutti/nccl/").size());
     auto st = std::make_shared<bootstrap::file_store>(path, opts.timeout);
-    nccl t = connect(std::move(st), key, w.rank, w.size, w.local_rank, opts);
+    nccl t = connect(st, key, w.rank, w.size, w.local_rank, opts);
     if (w.rank == 0) (void)::unlink(path.c_str());  // every rank has read the id by now
     return t;
   }
@@ -395,14 +395,15 @@ class nccl {
     int local_rank = 0;
     if (const std::string lr = detail::env_string("LOCAL_RANK"); !lr.empty())
       local_rank = std::atoi(lr.c_str());
-    return connect(std::move(st), next_key(), rank, size, local_rank, opts);
+    return connect(st, next_key(), rank, size, local_rank, opts);
   }
 
   /// Joins the world of `size` ranks: rank 0 creates the ncclUniqueId and publishes it in `st`
   /// under `key`; every rank takes GPU `local_rank` modulo the visible GPUs and creates its
   /// non-blocking NCCL communicator, bounded by opts.timeout.
-  [[nodiscard]] static nccl connect(std::shared_ptr<bootstrap::store> st, const std::string& key,
-                                    int rank, int size, int local_rank, const options& opts = {}) {
+  [[nodiscard]] static nccl connect(const std::shared_ptr<bootstrap::store>& st,
+                                    const std::string& key, int rank, int size, int local_rank,
+                                    const options& opts = {}) {
     if (size < 1 || rank < 0 || rank >= size)
       throw error(errc::invalid_argument, "", 0, rank, -1,
                   "tutti::nccl: rank " + std::to_string(rank) + " is not in a world of " +
@@ -516,19 +517,25 @@ class nccl {
 
   void native_all_reduce(const detail::call& c, const std::byte* in, std::byte* out, std::size_t n,
                          detail::clock::time_point d) {
-    const auto [type, op] = reduction(c);
+    const auto red = reduction(c);
+    const ncclDataType_t type = red.first;
+    const ncclRedOp_t op = red.second;
     run(c, d, "ncclAllReduce",
         [&](cudaStream_t s) { return ncclAllReduce(in, out, n, type, op, s_->comm, s); });
   }
   void native_reduce(const detail::call& c, const std::byte* in, std::byte* out, std::size_t n,
                      int root, detail::clock::time_point d) {
-    const auto [type, op] = reduction(c);
+    const auto red = reduction(c);
+    const ncclDataType_t type = red.first;
+    const ncclRedOp_t op = red.second;
     run(c, d, "ncclReduce",
         [&](cudaStream_t s) { return ncclReduce(in, out, n, type, op, root, s_->comm, s); });
   }
   void native_reduce_scatter(const detail::call& c, const std::byte* in, std::byte* out,
                              std::size_t n, detail::clock::time_point d) {
-    const auto [type, op] = reduction(c);
+    const auto red = reduction(c);
+    const ncclDataType_t type = red.first;
+    const ncclRedOp_t op = red.second;
     run(c, d, "ncclReduceScatter",
         [&](cudaStream_t s) { return ncclReduceScatter(in, out, n, type, op, s_->comm, s); });
   }
