@@ -19,11 +19,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <vector>
 
 #include <tutti/transport/nccl.hpp>
@@ -60,21 +58,6 @@ std::size_t parse_size(std::string_view s) {
     }
   }
   return i == s.size() ? v : 0;
-}
-
-/// GPUs on this host, counted without initialising CUDA (the ranks fork from this process).
-int count_gpus() {
-  int n = 0;
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it("/proc/driver/nvidia/gpus", ec), end;
-       !ec && it != end; it.increment(ec))
-    ++n;
-  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
-    int listed = *visible != '\0' ? 1 : 0;
-    for (const char* c = visible; *c != '\0'; ++c) listed += *c == ',' ? 1 : 0;
-    n = std::min(n, listed);
-  }
-  return n;
 }
 
 void cuda_ok(cudaError_t r, const char* what) {
@@ -238,7 +221,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "-b %zu is larger than -e %zu\n", cfg.min_bytes, cfg.max_bytes);
     return 2;
   }
-  const int gpus = count_gpus();
+  const int gpus = tutti::nccl::local_gpus();
   if (gpus == 0) {
     std::printf("SKIP: no CUDA device\n");
     return 77;

@@ -10,38 +10,15 @@
 // Exits 77 (skipped) where there is no GPU.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <system_error>
 #include <vector>
 
 #include <tutti/transport/nccl.hpp>
 #include <tutti/tutti.hpp>
 
-namespace {
-
-// GPUs on this host, counted without initialising CUDA: the ranks are forked from this process
-// and a CUDA context does not survive fork.
-int count_gpus() {
-  int n = 0;
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it("/proc/driver/nvidia/gpus", ec), end;
-       !ec && it != end; it.increment(ec))
-    ++n;
-  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
-    int listed = *visible != '\0' ? 1 : 0;
-    for (const char* c = visible; *c != '\0'; ++c) listed += *c == ',' ? 1 : 0;
-    n = std::min(n, listed);
-  }
-  return n;
-}
-
-}  // namespace
-
 int main() {
-  const int gpus = count_gpus();
+  const int gpus = tutti::nccl::local_gpus();
   if (gpus == 0) {
     std::printf("SKIP: no CUDA device\n");
     return 77;

@@ -9,10 +9,8 @@
 #include <tutti/transport/nccl.hpp>
 #include <tutti/tutti.hpp>
 
-#include "gpu_count.hpp"
-
 int main() {
-  if (gpu_count::visible_gpus() == 0) {
+  if (tutti::nccl::local_gpus() == 0) {
     std::printf("SKIP: no CUDA device\n");
     return 77;
   }

@@ -22,8 +22,6 @@
 #include <tutti/transport/nccl.cuh>
 #include <tutti/tutti.hpp>
 
-#include "gpu_count.hpp"
-
 namespace {
 
 int g_rank = -1;
@@ -416,7 +414,7 @@ int rank_main(int gpus) {
 
 int main() {
   // Count GPUs without touching CUDA: the ranks fork from this process.
-  const int gpus = gpu_count::visible_gpus();
+  const int gpus = tutti::nccl::local_gpus();
   if (gpus == 0) {
     std::printf("SKIP: no CUDA device\n");
     return 77;

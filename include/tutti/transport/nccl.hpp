@@ -38,11 +38,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -452,6 +454,29 @@ class nccl {
       std::fprintf(stderr, "tutti[nccl] rank %d/%d: GPU %d, NCCL %d\n", rank, size, s->device,
                    NCCL_VERSION_CODE);
     return nccl(std::move(s));
+  }
+
+  /// The GPUs this host's ranks may use, counted WITHOUT initialising CUDA (a CUDA context
+  /// does not survive fork(), so a parent that forks ranks, as tutti::spawn does, must not call
+  /// the CUDA runtime): one per entry of /proc/driver/nvidia/gpus, capped by the number of
+  /// entries in CUDA_VISIBLE_DEVICES when it is set (empty hides every GPU). 0 without a GPU.
+  [[nodiscard]] static int local_gpus() noexcept {
+    int n = 0;
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it("/proc/driver/nvidia/gpus", ec), end;
+         !ec && it != end; it.increment(ec))
+      ++n;
+    if (const char* env = std::getenv("CUDA_VISIBLE_DEVICES")) {
+      int listed = 0;
+      std::string_view rest(env);
+      while (!rest.empty()) {
+        const auto comma = rest.find(',');
+        if (!rest.substr(0, comma).empty()) ++listed;
+        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+      }
+      n = std::min(n, listed);
+    }
+    return n;
   }
 
   // ---- what a communicator asks of every transport ----------------------------------------
