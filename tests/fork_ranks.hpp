@@ -12,7 +12,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <functional>
 #include <new>
 #include <span>
@@ -25,6 +24,8 @@
 #include <tutti/core/error.hpp>
 #include <tutti/core/ops.hpp>
 #include <tutti/core/options.hpp>
+
+#include "harness_common.hpp"
 
 namespace fork_ranks {
 
@@ -62,27 +63,8 @@ class shared_report {
   report* r_;
 };
 
-/// A fresh directory for one world's file store, removed afterwards.
-class temp_dir {
- public:
-  temp_dir() {
-    std::string t = (std::filesystem::temp_directory_path() / "tutti-test-XXXXXX").string();
-    REQUIRE(mkdtemp(t.data()) != nullptr);
-    path_ = t;
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  [[nodiscard]] std::string url(const std::string& name = "store") const {
-    return "file://" + path_ + "/" + name;
-  }
-
- private:
-  std::string path_;
-};
+/// A fresh directory for one world's file store, removed afterwards (shared with the harnesses).
+using tutti_harness::temp_dir;
 
 /// Forks n ranks running body(rank); returns their wait statuses. Any rank still running after
 /// `limit` is killed (and the test fails on its status).

@@ -86,7 +86,7 @@ template <class Value>
 /// On failure it prints "<tool>: mkdtemp: ..." and exits with status 2.
 class temp_dir {
  public:
-  explicit temp_dir(const char* tool) {
+  explicit temp_dir(const char* tool = "tutti-test") {
     std::string name(tool);
     name += "-XXXXXX";
     std::string t = (std::filesystem::temp_directory_path() / name).string();
@@ -104,10 +104,12 @@ class temp_dir {
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }
-  [[nodiscard]] std::string url() const {
+  /// `file://<dir>/<name>`: a store file in the directory.
+  [[nodiscard]] std::string url(const std::string& name = "store") const {
     std::string u = "file://";
     u += path_;
-    u += "/store";
+    u += '/';
+    u += name;
     return u;
   }
 
