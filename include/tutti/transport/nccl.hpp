@@ -525,12 +525,7 @@ class nccl {
   /// Records an event after everything `c` enqueued; complete() waits for it.
   [[nodiscard]] cudaEvent_t record(const detail::call& c) {
     const detail::device_guard on(s_->device);
-    cudaEvent_t ev = s_->take_event();
-    if (const cudaError_t r = cudaEventRecord(ev, stream_of(c)); r != cudaSuccess) {
-      s_->give_event(ev);
-      s_->throw_cuda(r, "cudaEventRecord", c.name_str(), c.seq);
-    }
-    return ev;
+    return record_on(stream_of(c), c);
   }
   /// Waits for `ev` with `c`'s deadline, polling NCCL's asynchronous errors; on an error or
   /// the deadline aborts the communicator and raises.
@@ -816,6 +811,7 @@ class nccl {
       }
     }
   }
+  /// An event recorded on `s` (the device is current), for `c`'s errors.
   [[nodiscard]] cudaEvent_t record_on(cudaStream_t s, const detail::call& c) {
     cudaEvent_t ev = s_->take_event();
     if (const cudaError_t r = cudaEventRecord(ev, s); r != cudaSuccess) {
