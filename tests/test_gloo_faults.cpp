@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <optional>
@@ -243,4 +244,38 @@ TEST_CASE("a survivor waiting to send to a killed rank raises naming it; SIGPIPE
     const double seconds = double(rep->caught_ns[1] - rep->died_ns) * 1e-9;
     CHECK(seconds < 1.0);
   }
+}
+
+TEST_CASE("native: a root whose send is half on the wire when its peer dies raises at once") {
+  // Rank 1 dies while Gloo's broadcast streams 256 MiB to it from rank 0, so rank 0's send sits
+  // in its pair's write queue. When a connection fails Gloo wakes the waits of pending receives
+  // and of sends not yet started, but not of a send already queued (finding 11): without tutti
+  // failing the call's buffers itself, rank 0 waited in waitSend until the deadline (20 s here).
+  shared_report rep;
+  temp_dir dir;
+  tutti::options opts;
+  opts.timeout = std::chrono::seconds(20);
+  const auto status = run_ranks(2, [&](int r) {
+    auto comm = join<tutti::native>(dir, r, 2, opts);
+    rep->pids[r] = getpid();
+    std::vector<float> v(std::size_t{1} << 26, r == 0 ? 1.0f : 0.0f);  // 256 MiB
+    std::optional<std::thread> killer;
+    if (r == 1) {
+      // Once the first 16 MiB have arrived (Gloo's loop thread receives into v in order).
+      killer.emplace([&rep, p = v.data() + (std::size_t{1} << 22)] {
+        while (std::atomic_ref<float>(*p).load(std::memory_order_relaxed) == 0.0f)
+          std::this_thread::yield();
+        rep->died_ns = now_ns();
+        raise(SIGKILL);
+      });
+    }
+    return expect_error(rep.operator->(), r,
+                        [&] { comm.broadcast(std::span<float>(v), 0); });
+  });
+  CHECK(WIFSIGNALED(status[1]));
+  CHECK(exited_with(status[0], 0));
+  CHECK(rep->kind[0] == static_cast<int>(tutti::errc::peer_lost));
+  CHECK(rep->peer[0] == 1);
+  const double seconds = double(rep->caught_ns[0] - rep->died_ns) * 1e-9;
+  CHECK(seconds < 1.0);
 }

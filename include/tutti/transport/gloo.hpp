@@ -60,6 +60,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/scatter.h>
+#include <gloo/transport/context.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
@@ -107,6 +108,152 @@ class gloo_store_adapter final : public ::gloo::rendezvous::Store {
   std::chrono::milliseconds timeout_;
 };
 
+/// Every live Gloo buffer of one world, so that an abort can fail them all. When a connection
+/// fails, Gloo's pair wakes the waits of its pending receives and of sends the peer has not
+/// asked for yet, but not of a send already queued on the socket (Pair::signalException walks
+/// its write queue for bound buffers only): a rank inside one of Gloo's own collectives whose
+/// peer died mid-transfer waited in waitSend until the deadline (tests/faults finding 11).
+/// So every buffer Gloo creates in a tutti world is a gloo_guarded_buffer around Gloo's own
+/// (gloo_guarded_context hands them out), listed here; an abort wakes each one's waits, which
+/// then throw. A buffer created afterwards starts failed. Sentinels are exempt: they tell
+/// which peer's connection closed.
+class gloo_guarded_buffer;
+struct gloo_buffers {
+  std::mutex mu;
+  std::vector<gloo_guarded_buffer*> live;  // each knows its index
+  std::exception_ptr failed;               // set once, under mu, before any buffer sees it
+  void add(gloo_guarded_buffer* b) noexcept;
+  void remove(gloo_guarded_buffer* b) noexcept;
+  /// Fails every live buffer (and every later one) with an IoException saying `why` the world
+  /// was aborted; their waits return and throw it.
+  void fail(std::string_view why) noexcept;
+};
+
+class gloo_guarded_buffer final : public ::gloo::transport::UnboundBuffer {
+ public:
+  gloo_guarded_buffer(std::unique_ptr<::gloo::transport::UnboundBuffer> inner,
+                      std::shared_ptr<gloo_buffers> list)
+      : UnboundBuffer(inner->ptr, inner->size), inner_(std::move(inner)), list_(std::move(list)) {
+    list_->add(this);
+  }
+  gloo_guarded_buffer(const gloo_guarded_buffer&) = delete;
+  gloo_guarded_buffer& operator=(const gloo_guarded_buffer&) = delete;
+  ~gloo_guarded_buffer() override { list_->remove(this); }
+
+  /// Leaves the list: an abort does not fail this buffer.
+  void exempt() noexcept { list_->remove(this); }
+
+  bool waitRecv(int* rank, std::chrono::milliseconds timeout) override {
+    const bool done = inner_->waitRecv(rank, timeout);
+    throw_if_failed();
+    return done;
+  }
+  bool waitSend(int* rank, std::chrono::milliseconds timeout) override {
+    const bool done = inner_->waitSend(rank, timeout);
+    throw_if_failed();
+    return done;
+  }
+  void abortWaitRecv() override { inner_->abortWaitRecv(); }
+  void abortWaitSend() override { inner_->abortWaitSend(); }
+  void send(int dst, std::uint64_t slot, std::size_t offset, std::size_t n) override {
+    throw_if_failed();
+    inner_->send(dst, slot, offset, n);
+  }
+  void recv(int src, std::uint64_t slot, std::size_t offset, std::size_t n) override {
+    throw_if_failed();
+    inner_->recv(src, slot, offset, n);
+  }
+  void recv(std::vector<int> srcs, std::uint64_t slot, std::size_t offset,
+            std::size_t n) override {
+    throw_if_failed();
+    inner_->recv(std::move(srcs), slot, offset, n);
+  }
+
+ private:
+  friend struct gloo_buffers;
+  void fail() noexcept {  // under the list's mutex
+    failed_.store(true, std::memory_order_release);
+    inner_->abortWaitSend();
+    inner_->abortWaitRecv();
+  }
+  void throw_if_failed() const {
+    if (failed_.load(std::memory_order_acquire)) std::rethrow_exception(list_->failed);
+  }
+
+  std::unique_ptr<::gloo::transport::UnboundBuffer> inner_;
+  std::shared_ptr<gloo_buffers> list_;
+  std::size_t index_ = static_cast<std::size_t>(-1);
+  std::atomic<bool> failed_{false};
+};
+
+inline void gloo_buffers::add(gloo_guarded_buffer* b) noexcept {
+  std::lock_guard lock(mu);
+  if (failed) {
+    b->fail();
+    return;
+  }
+  try {
+    live.push_back(b);
+    b->index_ = live.size() - 1;
+  } catch (...) {
+    b->fail();  // no memory to list it: fail it now rather than miss it later
+  }
+}
+
+inline void gloo_buffers::remove(gloo_guarded_buffer* b) noexcept {
+  std::lock_guard lock(mu);
+  if (b->index_ >= live.size() || live[b->index_] != b) return;
+  live[b->index_] = live.back();
+  live[b->index_]->index_ = b->index_;
+  live.pop_back();
+  b->index_ = static_cast<std::size_t>(-1);
+}
+
+inline void gloo_buffers::fail(std::string_view why) noexcept {
+  std::lock_guard lock(mu);
+  if (failed) return;
+  try {
+    failed = std::make_exception_ptr(
+        ::gloo::IoException("tutti::gloo: the world was aborted: " + std::string(why)));
+  } catch (...) {
+    failed = std::current_exception();  // bad_alloc: still an error for every wait
+  }
+  for (gloo_guarded_buffer* b : live) b->fail();
+}
+
+/// Gloo's transport context of a connected world, handing out guarded buffers.
+class gloo_guarded_context final : public ::gloo::transport::Context {
+ public:
+  gloo_guarded_context(std::shared_ptr<::gloo::transport::Context> inner,
+                       std::shared_ptr<gloo_buffers> list)
+      : Context(inner->rank, inner->size), inner_(std::move(inner)), list_(std::move(list)) {
+    setTimeout(inner_->getTimeout());
+  }
+  std::unique_ptr<::gloo::transport::Pair>& getPair(int peer) override {
+    return inner_->getPair(peer);
+  }
+  std::unique_ptr<::gloo::transport::Pair>& createPair(int peer) override {
+    return inner_->createPair(peer);
+  }
+  std::unique_ptr<::gloo::transport::UnboundBuffer> createUnboundBuffer(void* p,
+                                                                       std::size_t n) override {
+    return std::make_unique<gloo_guarded_buffer>(inner_->createUnboundBuffer(p, n), list_);
+  }
+
+ private:
+  std::shared_ptr<::gloo::transport::Context> inner_;
+  std::shared_ptr<gloo_buffers> list_;
+};
+
+/// Gloo's rendezvous context, whose transport context becomes a guarded one once connected.
+class gloo_world_context final : public ::gloo::rendezvous::Context {
+ public:
+  using ::gloo::rendezvous::Context::Context;
+  void guard(const std::shared_ptr<gloo_buffers>& list) {
+    transportContext_ = std::make_shared<gloo_guarded_context>(transportContext_, list);
+  }
+};
+
 /// Interrupts a blocked Gloo wait once its slice ends (Gloo's own wait timeout would close
 /// every connection): the waiting thread arms it with the buffer and the slice's end, the
 /// waker thread calls abortWait*() then, and the waiting thread disarms it before the buffer
@@ -152,6 +299,13 @@ class gloo_waker {
 
  private:
   void run() {
+    // The watch may write to a dead peer's socket (abort_world posts a receive): with SIGPIPE
+    // blocked on this thread (its own, for good) the write fails with EPIPE instead of ending
+    // the process. Found by tutti-faults with 4 MB messages under native.
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
     std::unique_lock lock(mu_);
     while (!stop_) {
       cv_.wait_for(lock, std::chrono::milliseconds(50));
@@ -232,6 +386,7 @@ struct gloo_state {
   /// to: Gloo fails it when that peer's connection closes, which is how a rank learns that a
   /// peer it only sends to has died (Gloo leaves a pending send waiting). Destroyed after ctx.
   std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> sentinels;
+  std::shared_ptr<detail::gloo_buffers> buffers = std::make_shared<detail::gloo_buffers>();
   std::shared_ptr<::gloo::transport::Device> device;
   std::shared_ptr<::gloo::rendezvous::Context> ctx;
   int rank = 0;
@@ -671,15 +826,18 @@ class gloo {
       if (detail::debug_info())
         std::fprintf(stderr, "tutti[gloo] rank %d/%d: TCP device %s (%s)\n", rank, size,
                      s->address.c_str(), why.c_str());
-      s->ctx = std::make_shared<::gloo::rendezvous::Context>(rank, size);
+      auto ctx = std::make_shared<detail::gloo_world_context>(rank, size);
+      s->ctx = ctx;
       s->ctx->setTimeout(opts.timeout);
       detail::gloo_store_adapter adapter(*s->store, s->prefix, opts.timeout);
       s->ctx->connectFullMesh(adapter, s->device);
+      ctx->guard(s->buffers);
       s->sentinels.resize(static_cast<std::size_t>(size));
       for (int q = 0; q < size; ++q) {
         if (q == rank) continue;
         auto& b = s->sentinels[static_cast<std::size_t>(q)];
         b = s->ctx->createUnboundBuffer(&s->dummy, 0);
+        static_cast<detail::gloo_guarded_buffer&>(*b).exempt();
         b->recv(q, detail::gloo_sentinel_slot, 0, 0);
       }
       // While Gloo runs one of its collectives: a peer whose connection closed aborts the world
@@ -1089,8 +1247,10 @@ class gloo {
         // Posting fails at once on a pair that failed already (try the next); the wait
         // times out and closes every connection.
       }
-      if (posted) return;
+      if (posted) break;
     }
+    // Gloo leaves a send already on the wire to a dead peer waiting: fail every buffer.
+    st.buffers->fail(why.what);
   }
 
   /// "tutti/gloo/<n>": the n-th gloo world this process joins (every rank joins in one order).
