@@ -269,8 +269,7 @@ TEST_CASE("native: a root whose send is half on the wire when its peer dies rais
         raise(SIGKILL);
       });
     }
-    return expect_error(rep.operator->(), r,
-                        [&] { comm.broadcast(std::span<float>(v), 0); });
+    return expect_error(rep.operator->(), r, [&] { comm.broadcast(std::span<float>(v), 0); });
   });
   CHECK(WIFSIGNALED(status[1]));
   CHECK(exited_with(status[0], 0));
@@ -278,4 +277,67 @@ TEST_CASE("native: a root whose send is half on the wire when its peer dies rais
   CHECK(rep->peer[0] == 1);
   const double seconds = double(rep->caught_ns[0] - rep->died_ns) * 1e-9;
   CHECK(seconds < 1.0);
+}
+
+namespace {
+
+/// A store whose rank stops for good once Gloo has published its addresses through it: it
+/// never connects its pairs, as a rank that hangs (or whose host dies) during bootstrap.
+class stall_after_publish final : public tutti::bootstrap::store {
+ public:
+  explicit stall_after_publish(std::shared_ptr<tutti::bootstrap::store> s) : s_(std::move(s)) {}
+  void set(std::string_view key, std::span<const std::byte> value) override {
+    s_->set(key, value);
+    // Gloo's key for this rank's addresses is "<prefix><rank>"; its hostname key "rank_<r>".
+    const auto slash = key.rfind('/');
+    const std::string_view last = key.substr(slash + 1);
+    if (!last.empty() && last.find_first_not_of("0123456789") == std::string_view::npos) {
+      std::this_thread::sleep_for(std::chrono::seconds(4));  // past rank 0's limit
+      _exit(0);
+    }
+  }
+  std::vector<std::byte> get(std::string_view key, std::chrono::milliseconds t) override {
+    return s_->get(key, t);
+  }
+  std::int64_t add(std::string_view key, std::int64_t delta) override {
+    return s_->add(key, delta);
+  }
+  void wait(std::span<const std::string> keys, std::chrono::milliseconds t) override {
+    s_->wait(keys, t);
+  }
+
+ private:
+  std::shared_ptr<tutti::bootstrap::store> s_;
+};
+
+}  // namespace
+
+TEST_CASE("bootstrap: peers that publish and then hang make a rank time out once, not per pair") {
+  // Gloo's connectFullMesh connects the pairs one after another, each waiting up to the whole
+  // timeout for the peer to connect: with 8 hung peers rank 0 waited up to 8 timeouts
+  // (finding 7). The bootstrap has one deadline now. Where rank 0 happens to be the side that
+  // connects to every peer (their kernels accept), the world forms and its first call times
+  // out instead: either way within two timeouts.
+  constexpr int n = 9;
+  shared_report rep;
+  temp_dir dir;
+  const std::string path = dir.url().substr(std::string_view("file://").size());
+  tutti::options opts;
+  opts.timeout = std::chrono::seconds(1);
+  const auto status = run_ranks(n, [&](int r) {
+    std::shared_ptr<tutti::bootstrap::store> st =
+        std::make_shared<tutti::bootstrap::file_store>(path, std::chrono::seconds(10));
+    if (r != 0) st = std::make_shared<stall_after_publish>(std::move(st));
+    if (r == 0) rep->died_ns = now_ns();  // here: when rank 0 starts to join
+    return expect_error(rep.operator->(), r, [&] {
+      tutti::communicator<tutti::gloo> comm(
+          tutti::gloo::connect(st, "tutti/gloo/stall", r, n, "", -1, opts), opts);
+      comm.barrier();
+    });
+  });
+  CHECK(exited_with(status[0], 0));
+  CHECK(rep->kind[0] == static_cast<int>(tutti::errc::timeout));
+  CHECK(rep->peer[0] > 0);
+  const double seconds = double(rep->caught_ns[0] - rep->died_ns) * 1e-9;
+  CHECK(seconds < 2.5);
 }

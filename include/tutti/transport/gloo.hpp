@@ -12,7 +12,9 @@
 ///   waiting on it, as errc::peer_lost naming it;
 /// - a rank that raises any error records why in the store and closes all its connections, so
 ///   every other rank raises too, promptly, with the original cause;
-/// - messages of disagreeing calls travel on different slots and never match (see gloo_slot).
+/// - messages of disagreeing calls travel on different slots and never match (see gloo_slot);
+/// - the world forms within one timeout (Gloo alone waits up to a timeout per pair), and an
+///   abort fails every Gloo buffer of the world, so no wait inside Gloo outlives it.
 
 #if !__has_include(<gloo/config.h>)
 #error \
@@ -79,33 +81,66 @@
 
 namespace tutti::detail {
 
-/// tutti's store as Gloo's rendezvous::Store, every key under `prefix`.
+/// tutti's store as Gloo's rendezvous::Store, every key under `prefix`, every wait ending by
+/// the bootstrap's deadline. Notes what Gloo's connectFullMesh has reached: its addresses
+/// published (every pair exists), and the rank whose address it fetched last (the pair it
+/// connects next).
 class gloo_store_adapter final : public ::gloo::rendezvous::Store {
  public:
-  gloo_store_adapter(bootstrap::store& s, std::string prefix, std::chrono::milliseconds timeout)
-      : s_(s), prefix_(std::move(prefix)), timeout_(timeout) {}
+  gloo_store_adapter(bootstrap::store& s, std::string prefix, clock::time_point deadline)
+      : s_(s), prefix_(std::move(prefix)), deadline_(deadline) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
     s_.set(prefix_ + key, std::as_bytes(std::span<const char>(data.data(), data.size())));
+    if (rank_of(key) >= 0) published_.store(true, std::memory_order_release);
   }
   std::vector<char> get(const std::string& key) override {
-    const std::vector<std::byte> v = s_.get(prefix_ + key, timeout_);
+    note(key);
+    const std::vector<std::byte> v = s_.get(prefix_ + key, left());
     const auto* p = reinterpret_cast<const char*>(v.data());
     return {p, p + v.size()};
   }
-  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, left()); }
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override {
     std::vector<std::string> full;
     full.reserve(keys.size());
-    for (const auto& k : keys) full.push_back(prefix_ + k);
-    s_.wait(full, timeout);
+    for (const auto& k : keys) {
+      note(k);
+      full.push_back(prefix_ + k);
+    }
+    s_.wait(full, std::min(timeout, left()));
+  }
+
+  /// Whether this rank has published its addresses (Gloo has created every pair by then).
+  [[nodiscard]] bool published() const noexcept {
+    return published_.load(std::memory_order_acquire);
+  }
+  /// The rank whose address Gloo waited for or fetched last, -1 before any.
+  [[nodiscard]] int connecting() const noexcept {
+    return connecting_.load(std::memory_order_relaxed);
   }
 
  private:
+  /// q for Gloo's key of rank q's addresses ("q"), else -1 (e.g. its hostname key "rank_q").
+  [[nodiscard]] static int rank_of(const std::string& key) noexcept {
+    if (key.empty() || key.size() > 6 || key.find_first_not_of("0123456789") != std::string::npos)
+      return -1;
+    return std::stoi(key);
+  }
+  void note(const std::string& key) noexcept {
+    if (const int q = rank_of(key); q >= 0) connecting_.store(q, std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::chrono::milliseconds left() const {
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline_ - clock::now());
+    return std::max(ms, std::chrono::milliseconds(1));
+  }
+
   bootstrap::store& s_;
   std::string prefix_;
-  std::chrono::milliseconds timeout_;
+  clock::time_point deadline_;
+  std::atomic<bool> published_{false};
+  std::atomic<int> connecting_{-1};
 };
 
 /// Every live Gloo buffer of one world, so that an abort can fail them all. When a connection
@@ -163,8 +198,7 @@ class gloo_guarded_buffer final : public ::gloo::transport::UnboundBuffer {
     throw_if_failed();
     inner_->recv(src, slot, offset, n);
   }
-  void recv(std::vector<int> srcs, std::uint64_t slot, std::size_t offset,
-            std::size_t n) override {
+  void recv(std::vector<int> srcs, std::uint64_t slot, std::size_t offset, std::size_t n) override {
     throw_if_failed();
     inner_->recv(std::move(srcs), slot, offset, n);
   }
@@ -236,7 +270,7 @@ class gloo_guarded_context final : public ::gloo::transport::Context {
     return inner_->createPair(peer);
   }
   std::unique_ptr<::gloo::transport::UnboundBuffer> createUnboundBuffer(void* p,
-                                                                       std::size_t n) override {
+                                                                        std::size_t n) override {
     return std::make_unique<gloo_guarded_buffer>(inner_->createUnboundBuffer(p, n), list_);
   }
 
@@ -245,13 +279,54 @@ class gloo_guarded_context final : public ::gloo::transport::Context {
   std::shared_ptr<gloo_buffers> list_;
 };
 
-/// Gloo's rendezvous context, whose transport context becomes a guarded one once connected.
-class gloo_world_context final : public ::gloo::rendezvous::Context {
+/// Gloo's TCP device, handing out guarded transport contexts (with the world's timeout, which
+/// the pairs take when they are created) and keeping the last one, so that the bootstrap can
+/// close its pairs at its deadline: Gloo's connectFullMesh connects the pairs one after
+/// another, each waiting up to the whole timeout, so a rank whose peers had died waited for
+/// up to (size - 1) timeouts (tests/faults finding 7).
+class gloo_device final : public ::gloo::transport::Device {
  public:
-  using ::gloo::rendezvous::Context::Context;
-  void guard(const std::shared_ptr<gloo_buffers>& list) {
-    transportContext_ = std::make_shared<gloo_guarded_context>(transportContext_, list);
+  gloo_device(std::shared_ptr<::gloo::transport::Device> inner, std::shared_ptr<gloo_buffers> list,
+              std::chrono::milliseconds timeout)
+      : inner_(std::move(inner)), list_(std::move(list)), timeout_(timeout) {}
+  std::string str() const override { return inner_->str(); }
+  const std::string& getPCIBusID() const override { return inner_->getPCIBusID(); }
+  int getInterfaceSpeed() const override { return inner_->getInterfaceSpeed(); }
+  bool hasGPUDirect() const override { return inner_->hasGPUDirect(); }
+  std::shared_ptr<::gloo::transport::Context> createContext(int rank, int size) override {
+    auto inner = inner_->createContext(rank, size);
+    inner->setTimeout(timeout_);
+    auto c = std::make_shared<gloo_guarded_context>(std::move(inner), list_);
+    std::lock_guard lock(mu_);
+    last_ = c;
+    return c;
   }
+
+  /// Closes every pair of the last context (each has been created): a connect waiting on one
+  /// returns at once. Gloo's own Pair::close, as for a context that closes its connections.
+  void close_pairs() noexcept {
+    std::shared_ptr<gloo_guarded_context> c;
+    {
+      std::lock_guard lock(mu_);
+      c = last_.lock();
+    }
+    if (!c) return;
+    for (int q = 0; q < c->size; ++q) {
+      if (q == c->rank) continue;
+      try {
+        if (auto& pair = c->getPair(q)) pair->close();
+      } catch (...) {
+        // a pair that failed already
+      }
+    }
+  }
+
+ private:
+  std::shared_ptr<::gloo::transport::Device> inner_;
+  std::shared_ptr<gloo_buffers> list_;
+  std::chrono::milliseconds timeout_;
+  std::mutex mu_;
+  std::weak_ptr<gloo_guarded_context> last_;
 };
 
 /// Interrupts a blocked Gloo wait once its slice ends (Gloo's own wait timeout would close
@@ -296,6 +371,17 @@ class gloo_waker {
     watching_ = on;
     if (!on) idle_.wait(lock, [&] { return !ticking_; });
   }
+  /// Runs the watch for its lifetime.
+  class scope {
+   public:
+    explicit scope(gloo_waker& w) : w_(w) { w_.watching(true); }
+    scope(const scope&) = delete;
+    scope& operator=(const scope&) = delete;
+    ~scope() { w_.watching(false); }
+
+   private:
+    gloo_waker& w_;
+  };
 
  private:
   void run() {
@@ -821,24 +907,31 @@ class gloo {
     }
     try {
       const detail::sigpipe_guard no_sigpipe;  // also for Gloo's loop thread, started here
-      s->device = ::gloo::transport::tcp::CreateDevice(attr);
+      const auto deadline = detail::clock::now() + opts.timeout;
+      auto device = std::make_shared<detail::gloo_device>(
+          ::gloo::transport::tcp::CreateDevice(attr), s->buffers, opts.timeout);
+      s->device = device;
       s->address = s->device->str();
       if (detail::debug_info())
         std::fprintf(stderr, "tutti[gloo] rank %d/%d: TCP device %s (%s)\n", rank, size,
                      s->address.c_str(), why.c_str());
-      auto ctx = std::make_shared<detail::gloo_world_context>(rank, size);
-      s->ctx = ctx;
+      s->ctx = std::make_shared<::gloo::rendezvous::Context>(rank, size);
       s->ctx->setTimeout(opts.timeout);
-      detail::gloo_store_adapter adapter(*s->store, s->prefix, opts.timeout);
-      s->ctx->connectFullMesh(adapter, s->device);
-      ctx->guard(s->buffers);
+      connect_full_mesh(*s, *device, deadline, opts.timeout);
       s->sentinels.resize(static_cast<std::size_t>(size));
       for (int q = 0; q < size; ++q) {
         if (q == rank) continue;
         auto& b = s->sentinels[static_cast<std::size_t>(q)];
         b = s->ctx->createUnboundBuffer(&s->dummy, 0);
         static_cast<detail::gloo_guarded_buffer&>(*b).exempt();
-        b->recv(q, detail::gloo_sentinel_slot, 0, 0);
+        try {
+          b->recv(q, detail::gloo_sentinel_slot, 0, 0);
+        } catch (const std::exception& e) {
+          throw error(errc::peer_lost, "", 0, rank, q,
+                      "tutti::gloo: rank " + std::to_string(q) +
+                          " closed its connection while the world was forming: " + e.what() +
+                          store_silence(*s));
+        }
       }
       // While Gloo runs one of its collectives: a peer whose connection closed aborts the world
       // (closing this rank's connections too), so the collective fails at once.
@@ -917,6 +1010,47 @@ class gloo {
     return r;
   }
 
+  /// Gloo's connectFullMesh within one deadline: at the deadline the waker closes the pairs
+  /// (a connect waiting on one returns) and the store's waits have ended, so a rank whose peers
+  /// died or never came raises errc::timeout then. Every failure names the rank this one was
+  /// connecting to, and says so when the store does not answer either.
+  static void connect_full_mesh(detail::gloo_state& st, detail::gloo_device& device,
+                                detail::clock::time_point deadline,
+                                std::chrono::milliseconds timeout) {
+    detail::gloo_store_adapter adapter(*st.store, st.prefix, deadline);
+    std::atomic<bool> closed{false};
+    st.waker.set_watch([&] {
+      if (!closed.load() && adapter.published() && detail::clock::now() >= deadline) {
+        closed.store(true);
+        device.close_pairs();
+      }
+    });
+    auto failed = [&](errc code, const std::string& what) {
+      const int peer = adapter.connecting();
+      std::string text = "tutti::gloo: rank " + std::to_string(st.rank) +
+                         (code == errc::timeout ? " could not connect to every rank within " +
+                                                      std::to_string(timeout.count()) + " ms"
+                                                : std::string(" could not connect the world"));
+      if (peer >= 0) text += " (it was connecting to rank " + std::to_string(peer) + ")";
+      if (!what.empty()) text += ": " + what;
+      return error(code, "", 0, st.rank, peer, text + store_silence(st));
+    };
+    {
+      const detail::gloo_waker::scope watching(st.waker);
+      try {
+        st.ctx->connectFullMesh(adapter, st.device);
+      } catch (const error& e) {
+        if (e.kind() == errc::timeout) throw failed(errc::timeout, e.what());
+        throw;  // the store's own error (it names the store)
+      } catch (const std::exception& e) {
+        const bool late = closed.load() || detail::clock::now() >= deadline;
+        throw failed(late ? errc::timeout : errc::transport_failure, e.what());
+      }
+    }
+    st.waker.set_watch({});
+    if (closed.load()) throw failed(errc::timeout, "");
+  }
+
   /// Runs a Gloo collective with a type of the call's element size (Gloo sizes its segments
   /// in elements); translates Gloo's failures.
   template <class F>
@@ -928,13 +1062,7 @@ class gloo {
     };
     try {
       const detail::sigpipe_guard no_sigpipe;
-      struct watch_guard {
-        detail::gloo_waker& w;
-        explicit watch_guard(detail::gloo_waker& waker) : w(waker) { w.watching(true); }
-        watch_guard(const watch_guard&) = delete;
-        watch_guard& operator=(const watch_guard&) = delete;
-        ~watch_guard() { w.watching(false); }
-      } const watching((++st.native_call, st.waker));
+      const detail::gloo_waker::scope watching((++st.native_call, st.waker));
       switch (c.elem_size) {
         case 1:
           f(std::uint8_t{});
@@ -1073,8 +1201,11 @@ class gloo {
     }
     if (st.aborted) raise_aborted(c, peer);
     const std::string who = peer >= 0 ? "rank " + std::to_string(peer) : "a peer";
+    // With the store gone too (a tcp:// store dies with its rank), no abort record can say
+    // why the peer left: it may have been failing because the store's host died.
     const std::string text =
-        who + " closed its connection (its process exited or was killed): " + gloo_what;
+        who + " closed its connection (its process exited or was killed): " + gloo_what +
+        store_silence(st);
     abort_world(st, {errc::peer_lost, rank(), peer, text});
     throw error(errc::peer_lost, c.name_str(), c.seq, rank(), peer, text);
   }
@@ -1096,6 +1227,20 @@ class gloo {
           "the world was aborted: rank " + std::to_string(rec->writer) + " reported: " + rec->what);
     throw error(errc::aborted, c.name_str(), c.seq, rank(), peer,
                 "this rank's connections were closed by an earlier error");
+  }
+
+  /// "" if the store answers (a missing key is an answer), else "; the store does not answer
+  /// either (why)".
+  [[nodiscard]] static std::string store_silence(detail::gloo_state& st) {
+    try {
+      (void)st.store->get_string(st.prefix + "abort", std::chrono::milliseconds(0));
+    } catch (const error& e) {
+      if (e.kind() != errc::timeout)
+        return "; the store does not answer either (" + std::string(e.what()) + ")";
+    } catch (...) {
+      // an answer of some kind: the store is up
+    }
+    return {};
   }
 
   [[nodiscard]] std::optional<detail::gloo_abort_record> read_abort() noexcept {
