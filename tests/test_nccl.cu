@@ -252,6 +252,13 @@ void movements(native_comm& comm, std::size_t c) {
   expect_values(
       recv.download(), [&](std::size_t j) { return code(j / c, rs, j % c); }, "all_to_all" + at,
       __LINE__);
+  // The same with one buffer as input and output: NCCL has no in-place all-to-all, so tutti
+  // stages the input.
+  device_buffer<T> both(make<T>(c * ws, [&](std::size_t j) { return code(rs, j / c, j % c); }));
+  comm.all_to_all(both.cspan(), both.span());
+  expect_values(
+      both.download(), [&](std::size_t j) { return code(j / c, rs, j % c); },
+      "all_to_all, input and output one buffer" + at, __LINE__);
 }
 
 /// Async calls and blocking calls on a user's stream.
@@ -367,6 +374,28 @@ void own_policy(const char* name) {
         buf.download(), [w](std::size_t i) { return static_cast<double>(i % 16) + (w + 1) / 2.0; },
         "all_reduce avg " + at, __LINE__, avg_tolerance<float>(w));
   }
+  // A barrier of zero-byte messages (they travel as one byte each) returns, blocking and async.
+  comm.barrier();
+  comm.barrier_async().wait();
+  // Two calls in flight on two streams share the communicator's scratch: the second waits for
+  // the first on the GPU. Values as above, with a kernel-free upload on each stream.
+  const std::size_t n = 1 << 20;
+  const auto start = [r](std::size_t i) { return static_cast<double>(i % 16) + r + 1; };
+  device_buffer<float> a(make<float>(n, start)), b(make<float>(n, start));
+  cudaStream_t s = nullptr;
+  cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  tutti::work first = comm.all_reduce_async(a.span(), tutti::sum);
+  tutti::work second = comm.all_reduce_async(b.span(), tutti::sum, s);
+  first.wait();
+  second.wait();
+  cuda_ok(cudaStreamDestroy(s), "cudaStreamDestroy");
+  const auto summed = [w](std::size_t i) {
+    return w * static_cast<double>(i % 16) + w * (w + 1) / 2;
+  };
+  expect_values(a.download(), summed, std::string(name) + " all_reduce_async, own stream",
+                __LINE__);
+  expect_values(b.download(), summed, std::string(name) + " all_reduce_async, second stream",
+                __LINE__);
 }
 
 int rank_main(int gpus) {

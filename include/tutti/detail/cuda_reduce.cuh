@@ -293,6 +293,9 @@ template <class Op>
   const std::size_t items = vectorizable ? std::max<std::size_t>((n - head) / per_vec, 1) : n;
   const std::size_t wanted = (items + block_threads - 1) / block_threads;
   const auto blocks = static_cast<unsigned>(std::min<std::size_t>(wanted, max_blocks()));
+  // cudaGetLastError reports the thread's last error, not the launch's: drop an earlier one (a
+  // cudaErrorNotReady from polling an event, a caller's failed call) so it is not taken for it.
+  static_cast<void>(cudaGetLastError());
   elementwise_kernel<Op><<<blocks, block_threads, 0, static_cast<cudaStream_t>(stream)>>>(
       static_cast<storage*>(d), static_cast<const storage*>(a),
       static_cast<const storage*>(Op::binary ? b : a), n, head, op);

@@ -136,8 +136,9 @@ struct nccl_state {
 
   std::atomic<bool> failed{false};  ///< set once: the communicator is aborted
   std::mutex failure_mu;
-  std::string failure;  ///< why, for every later call
-  bool comm_aborted = false;
+  std::string failure;        ///< why, for every later call
+  std::mutex comm_mu;         ///< held around every NCCL call on comm once it exists, and its abort
+  bool comm_aborted = false;  ///< under comm_mu
 
   std::mutex events_mu;
   std::vector<cudaEvent_t> free_events;
@@ -150,7 +151,12 @@ struct nccl_state {
   std::size_t scratch_bytes = 0;
   void* staging = nullptr;
   std::size_t staging_bytes = 0;
-  void* small = nullptr;  ///< 64 device bytes: barrier's word
+  void* small = nullptr;  ///< 64 device bytes: barrier's word, zero-byte messages' byte
+  /// The stream of the last call that used scratch or staging, and an event after that call:
+  /// a call on another stream waits for it before reusing them.
+  cudaStream_t scratch_stream = nullptr;
+  cudaEvent_t scratch_done = nullptr;
+  bool scratch_in_use = false;  ///< this call took scratch: record scratch_done after it
   /// Outgrown scratch, freed with the communicator: a message posted into it may still be
   /// waiting for its group when the buffer is outgrown, so it is never freed mid-call.
   std::vector<void*> retired;
@@ -167,6 +173,7 @@ struct nccl_state {
     bool healthy = !failed.load();
     if (stream != nullptr && healthy) {
       while (cudaStreamQuery(stream) == cudaErrorNotReady) {
+        clear_not_ready();
         if (clock::now() >= deadline) {
           healthy = false;
           break;
@@ -188,14 +195,15 @@ struct nccl_state {
     for (void* p : retired)
       if (p != nullptr) (void)cudaFree(p);
     for (cudaEvent_t e : free_events) (void)cudaEventDestroy(e);
+    if (scratch_done != nullptr) (void)cudaEventDestroy(scratch_done);
     if (stream != nullptr) (void)cudaStreamDestroy(stream);
   }
 
   /// Polls the communicator until it leaves ncclInProgress; false on an error or the deadline.
-  [[nodiscard]] bool settle(clock::time_point deadline) const noexcept {
+  [[nodiscard]] bool settle(clock::time_point deadline) noexcept {
     for (int i = 0;; ++i) {
       ncclResult_t st = ncclSuccess;
-      if (ncclCommGetAsyncError(comm, &st) != ncclSuccess) return false;
+      if (locked([&] { return ncclCommGetAsyncError(comm, &st); }) != ncclSuccess) return false;
       if (st == ncclSuccess) return true;
       if (st != ncclInProgress || clock::now() >= deadline) return false;
       pause(i);
@@ -209,6 +217,22 @@ struct nccl_state {
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(i < 1024 ? 20 : 200));
     }
+  }
+
+  /// Runs one NCCL call on the communicator under comm_mu (NCCL forbids concurrent calls on one
+  /// communicator: the progress thread polls it, and may abort it, while the caller enqueues);
+  /// ncclInvalidUsage, without calling, once it is aborted (its memory may be gone).
+  template <class F>
+  ncclResult_t locked(F&& f) noexcept {
+    std::lock_guard lock(comm_mu);
+    if (comm == nullptr || comm_aborted) return ncclInvalidUsage;
+    return f();
+  }
+
+  /// A cudaEventQuery/cudaStreamQuery that answered cudaErrorNotReady may leave it as the
+  /// thread's last error: clear it (and only it), so that no later check reports it.
+  static void clear_not_ready() noexcept {
+    if (cudaPeekAtLastError() == cudaErrorNotReady) static_cast<void>(cudaGetLastError());
   }
 
   cudaEvent_t take_event() {
@@ -232,9 +256,12 @@ struct nccl_state {
 
   /// Aborts the NCCL communicator (once) and records why; later calls raise with it.
   void abort(const std::string& why) noexcept {
-    std::lock_guard lock(failure_mu);
-    if (failure.empty()) failure = why;
+    {
+      std::lock_guard lock(failure_mu);
+      if (failure.empty()) failure = why;
+    }
     failed.store(true);
+    std::lock_guard lock(comm_mu);
     if (comm != nullptr && !comm_aborted) {
       (void)ncclCommAbort(comm);
       comm_aborted = true;
@@ -250,10 +277,14 @@ struct nccl_state {
   }
   [[noreturn]] void throw_nccl(ncclResult_t r, const char* fn, const std::string& what,
                                std::uint64_t seq) {
+    check_usable(what, seq);  // aborted meanwhile (by another thread): raise its reason
     std::string why = std::string(fn) + ": " + ncclGetErrorString(r);
-    if (comm != nullptr) {
-      const char* last = ncclGetLastError(comm);
-      if (last != nullptr && *last != '\0') why += std::string(" (") + last + ")";
+    {
+      std::lock_guard lock(comm_mu);
+      if (comm != nullptr && !comm_aborted) {
+        const char* last = ncclGetLastError(comm);
+        if (last != nullptr && *last != '\0') why += std::string(" (") + last + ")";
+      }
     }
     abort(why);
     throw error(r == ncclRemoteError ? errc::peer_lost : errc::transport_failure, what, seq, rank,
@@ -283,7 +314,7 @@ struct nccl_state {
     if (r != ncclInProgress) throw_nccl(r, fn, what, seq);
     for (int i = 0;; ++i) {
       ncclResult_t st = ncclSuccess;
-      const ncclResult_t q = ncclCommGetAsyncError(comm, &st);
+      const ncclResult_t q = locked([&] { return ncclCommGetAsyncError(comm, &st); });
       if (q != ncclSuccess) throw_nccl(q, "ncclCommGetAsyncError", what, seq);
       if (st == ncclSuccess) return;
       if (st != ncclInProgress) throw_nccl(st, fn, what, seq);
@@ -305,9 +336,10 @@ struct nccl_state {
       const cudaError_t q = cudaEventQuery(ev);
       if (q == cudaSuccess) return;
       if (q != cudaErrorNotReady) throw_cuda(q, "cudaEventQuery", what, seq);
+      clear_not_ready();
       check_usable(what, seq);
       ncclResult_t st = ncclSuccess;
-      const ncclResult_t g = ncclCommGetAsyncError(comm, &st);
+      const ncclResult_t g = locked([&] { return ncclCommGetAsyncError(comm, &st); });
       if (g != ncclSuccess) throw_nccl(g, "ncclCommGetAsyncError", what, seq);
       if (st != ncclSuccess && st != ncclInProgress) throw_nccl(st, "NCCL", what, seq);
       if (clock::now() >= deadline) throw_timeout(what, seq, "waiting for the GPU");
@@ -388,16 +420,14 @@ class nccl {
   }
 
   /// This rank's endpoint, meeting the others through the store an init URL names
-  /// (`tcp://host:port`, `file:///path`, `env://`); GPU LOCAL_RANK (default 0) modulo the
-  /// number of visible GPUs.
+  /// (`tcp://host:port`, `file:///path`, `env://`); GPU = the launcher's local rank (LOCAL_RANK,
+  /// OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID ...; 0 without a launcher) modulo the number of
+  /// visible GPUs.
   [[nodiscard]] static nccl from_url(std::string_view url, int rank, int size,
                                      const options& opts = {}) {
     const auto u = bootstrap::parse_init_url(url);
     auto st = bootstrap::make_store(u, rank, opts.timeout, opts.store_token);
-    int local_rank = 0;
-    if (const std::string lr = detail::env_string("LOCAL_RANK"); !lr.empty())
-      local_rank = std::atoi(lr.c_str());
-    return connect(st, next_key(), rank, size, local_rank, opts);
+    return connect(st, next_key(), rank, size, launcher_local_rank(), opts);
   }
 
   /// Joins the world of `size` ranks: rank 0 creates the ncclUniqueId and publishes it in `st`
@@ -424,9 +454,15 @@ class nccl {
     const auto deadline = detail::clock::now() + opts.timeout;
     if (const cudaError_t r = cudaSetDevice(s->device); r != cudaSuccess)
       s->throw_cuda(r, "cudaSetDevice", "", 0);
-    if (const cudaError_t r = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+    // A blocking stream: work on it starts after what the caller queued on the legacy default
+    // stream (a kernel<<<>>> or cudaMemcpy without a stream), as the caller's program order
+    // says; a non-blocking stream would let NCCL read the buffer before that work wrote it.
+    if (const cudaError_t r = cudaStreamCreateWithFlags(&s->stream, cudaStreamDefault);
         r != cudaSuccess)
       s->throw_cuda(r, "cudaStreamCreateWithFlags", "", 0);
+    if (const cudaError_t r = cudaEventCreateWithFlags(&s->scratch_done, cudaEventDisableTiming);
+        r != cudaSuccess)
+      s->throw_cuda(r, "cudaEventCreateWithFlags", "", 0);
     if (const cudaError_t r = cudaMalloc(&s->small, 64); r != cudaSuccess)
       s->throw_cuda(r, "cudaMalloc", "", 0);
 
@@ -525,11 +561,17 @@ class nccl {
   /// Records an event after everything `c` enqueued; complete() waits for it.
   [[nodiscard]] cudaEvent_t record(const detail::call& c) {
     const detail::device_guard on(s_->device);
+    if (s_->scratch_in_use) {
+      s_->scratch_in_use = false;
+      if (const cudaError_t r = cudaEventRecord(s_->scratch_done, stream_of(c)); r != cudaSuccess)
+        s_->throw_cuda(r, "cudaEventRecord", c.name_str(), c.seq);
+    }
     return record_on(stream_of(c), c);
   }
   /// Waits for `ev` with `c`'s deadline, polling NCCL's asynchronous errors; on an error or
   /// the deadline aborts the communicator and raises.
   void complete(cudaEvent_t ev, const detail::call& c, detail::clock::time_point deadline) {
+    const detail::device_guard on(s_->device);  // also on the progress thread
     s_->wait_event(ev, c.name_str(), c.seq, deadline);
   }
 
@@ -614,6 +656,8 @@ class nccl {
   void native_all_to_all(const detail::call& c, const std::byte* in, std::byte* out, std::size_t n,
                          detail::clock::time_point d) {
     const std::size_t bytes = n * c.elem_size;
+    in = apart(c, in, bytes * static_cast<std::size_t>(size()), out,
+               bytes * static_cast<std::size_t>(size()));
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
     run(c, d, "ncclAlltoAll",
         [&](cudaStream_t s) { return ncclAlltoAll(in, out, bytes, ncclUint8, s_->comm, s); });
@@ -639,6 +683,10 @@ class nccl {
   void native_all_to_allv(const detail::call& c, const std::byte* in,
                           std::span<const std::size_t> sc, std::byte* out,
                           std::span<const std::size_t> rc, detail::clock::time_point d) {
+    std::size_t in_bytes = 0, out_bytes = 0;
+    for (const std::size_t k : sc) in_bytes += k * c.elem_size;
+    for (const std::size_t k : rc) out_bytes += k * c.elem_size;
+    in = apart(c, in, in_bytes, out, out_bytes);
     run(c, d, "all_to_allv (grouped ncclSend/ncclRecv)", [&](cudaStream_t s) {
       return grouped([&] {
         std::size_t sat = 0, rat = 0;
@@ -673,6 +721,7 @@ class nccl {
   /// dst = src on the GPU, ordered on the call's stream.
   void device_copy(const detail::call& c, void* dst, const void* src, std::size_t bytes) {
     if (bytes == 0 || dst == src) return;
+    const detail::device_guard on(s_->device);
     const cudaError_t r = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_of(c));
     if (r != cudaSuccess) s_->throw_cuda(r, "cudaMemcpyAsync", c.name_str(), c.seq);
   }
@@ -681,6 +730,7 @@ class nccl {
     if (n == 0) return;
     const auto fn = detail::device_reducer_table().find(c.fp.op, c.fp.type);
     if (fn == nullptr) no_kernel(c);
+    const detail::device_guard on(s_->device);  // a launch goes to the current device's stream
     if (const int r = fn(d, a, b, n, stream_of(c)); r != 0)
       s_->throw_cuda(static_cast<cudaError_t>(r), "device reduction kernel", c.name_str(), c.seq);
   }
@@ -689,15 +739,24 @@ class nccl {
     if (c.fp.op != op_kind::avg || n == 0) return;
     const auto fn = detail::device_reducer_table().find_divide(c.fp.type);
     if (fn == nullptr) no_kernel(c);
+    const detail::device_guard on(s_->device);
     if (const int r = fn(x, n, size(), stream_of(c)); r != 0)
       s_->throw_cuda(static_cast<cudaError_t>(r), "device division kernel", c.name_str(), c.seq);
   }
   /// Device scratch of at least `bytes`, valid for the call (stream-ordered reuse).
+  /// Calls on different streams share it: a call on a stream other than the last user's waits
+  /// (on the GPU) for that call to finish first.
   [[nodiscard]] std::byte* device_scratch(const detail::call& c, std::size_t bytes, bool staging) {
+    const detail::device_guard on(s_->device);
+    const cudaStream_t st = stream_of(c);
+    if (s_->scratch_stream != nullptr && s_->scratch_stream != st && !s_->scratch_in_use)
+      if (const cudaError_t r = cudaStreamWaitEvent(st, s_->scratch_done, 0); r != cudaSuccess)
+        s_->throw_cuda(r, "cudaStreamWaitEvent", c.name_str(), c.seq);
+    s_->scratch_stream = st;
+    s_->scratch_in_use = true;
     return static_cast<std::byte*>(
-        staging
-            ? s_->grow(s_->staging, s_->staging_bytes, bytes, stream_of(c), c.name_str(), c.seq)
-            : s_->grow(s_->scratch, s_->scratch_bytes, bytes, stream_of(c), c.name_str(), c.seq));
+        staging ? s_->grow(s_->staging, s_->staging_bytes, bytes, st, c.name_str(), c.seq)
+                : s_->grow(s_->scratch, s_->scratch_bytes, bytes, st, c.name_str(), c.seq));
   }
 
  private:
@@ -731,12 +790,26 @@ class nccl {
     return {static_cast<ncclDataType_t>(type), static_cast<ncclRedOp_t>(op)};
   }
 
+  /// `in`, or a copy of it in staging where it overlaps `out`: NCCL's all-to-all (and the
+  /// grouped sends and receives) have no in-place form.
+  [[nodiscard]] const std::byte* apart(const detail::call& c, const std::byte* in,
+                                       std::size_t in_bytes, const std::byte* out,
+                                       std::size_t out_bytes) {
+    const auto a = reinterpret_cast<std::uintptr_t>(in);
+    const auto b = reinterpret_cast<std::uintptr_t>(out);
+    if (in_bytes == 0 || out_bytes == 0 || a + in_bytes <= b || b + out_bytes <= a) return in;
+    std::byte* copy = device_scratch(c, in_bytes, true);
+    device_copy(c, copy, in, in_bytes);
+    return copy;
+  }
+
   /// Runs one NCCL enqueue on the call's stream and settles ncclInProgress by the deadline.
   template <class Enqueue>
   void run(const detail::call& c, detail::clock::time_point d, const char* fn, Enqueue&& enqueue) {
     s_->check_usable(c.name_str(), c.seq);
     const detail::device_guard on(s_->device);
-    s_->settle_or_throw(enqueue(stream_of(c)), fn, c.name_str(), c.seq, d);
+    const cudaStream_t st = stream_of(c);
+    s_->settle_or_throw(s_->locked([&] { return enqueue(st); }), fn, c.name_str(), c.seq, d);
   }
 
   /// ncclGroupStart; body (NCCL calls); ncclGroupEnd. Returns the first failure, or
@@ -756,7 +829,13 @@ class nccl {
       throw error(errc::invalid_argument, c.name_str(), c.seq, rank(), peer,
                   "tutti::nccl matches send and recv in posting order, as NCCL does: tags are "
                   "not supported (pass tag 0)");
-    if (bytes == 0) return {};
+    // A zero-byte message still orders its two ranks (a dissemination barrier is made of them):
+    // it travels as one byte of the communicator's own, sent from and received into bytes
+    // nobody reads.
+    if (bytes == 0) {
+      buf = static_cast<std::byte*>(s_->small) + (send ? 32 : 48);
+      bytes = 1;
+    }
     s_->pending.push_back({send, peer, buf, bytes, stream_of(c)});
     return {++s_->posted};
   }
@@ -764,14 +843,16 @@ class nccl {
   void flush(const detail::call& c, detail::clock::time_point deadline) {
     if (s_->pending.empty()) return;
     const detail::device_guard on(s_->device);
-    const ncclResult_t r = grouped([&] {
-      for (const auto& m : s_->pending) {
-        const ncclResult_t e =
-            m.send ? ncclSend(m.buf, m.bytes, ncclUint8, m.peer, s_->comm, m.stream)
-                   : ncclRecv(m.buf, m.bytes, ncclUint8, m.peer, s_->comm, m.stream);
-        if (e != ncclSuccess && e != ncclInProgress) return e;
-      }
-      return ncclSuccess;
+    const ncclResult_t r = s_->locked([&] {
+      return grouped([&] {
+        for (const auto& m : s_->pending) {
+          const ncclResult_t e =
+              m.send ? ncclSend(m.buf, m.bytes, ncclUint8, m.peer, s_->comm, m.stream)
+                     : ncclRecv(m.buf, m.bytes, ncclUint8, m.peer, s_->comm, m.stream);
+          if (e != ncclSuccess && e != ncclInProgress) return e;
+        }
+        return ncclSuccess;
+      });
     });
     s_->issued = s_->posted;
     s_->pending.clear();
@@ -793,7 +874,9 @@ class nccl {
     if (auto r = cudaMemcpyAsync(dev_mine, mine, sizeof mine, cudaMemcpyHostToDevice, s_->stream);
         r != cudaSuccess)
       s_->throw_cuda(r, "cudaMemcpyAsync", c.name_str(), c.seq);
-    s_->settle_or_throw(ncclAllGather(dev_mine, dev, sizeof mine, ncclUint8, s_->comm, s_->stream),
+    s_->settle_or_throw(s_->locked([&] {
+      return ncclAllGather(dev_mine, dev, sizeof mine, ncclUint8, s_->comm, s_->stream);
+    }),
                         "ncclAllGather (fingerprints)", c.name_str(), c.seq, deadline);
     if (auto r = cudaMemcpyAsync(all.data(), dev, bytes, cudaMemcpyDeviceToHost, s_->stream);
         r != cudaSuccess)
@@ -819,6 +902,15 @@ class nccl {
       s_->throw_cuda(r, "cudaEventRecord", c.name_str(), c.seq);
     }
     return ev;
+  }
+
+  /// The launcher's local rank (as from_env reads it), 0 where there is no launcher.
+  [[nodiscard]] static int launcher_local_rank() {
+    try {
+      return bootstrap::world_from_env().local_rank;
+    } catch (const error&) {
+      return 0;  // from_url names the world itself: no launcher needed
+    }
   }
 
   [[nodiscard]] static std::string next_key() {
