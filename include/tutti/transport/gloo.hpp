@@ -329,6 +329,14 @@ class gloo_device final : public ::gloo::transport::Device {
   std::weak_ptr<gloo_guarded_context> last_;
 };
 
+/// The signal set holding SIGPIPE alone.
+[[nodiscard]] inline sigset_t sigpipe_set() noexcept {
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  return pipe;
+}
+
 /// Interrupts a blocked Gloo wait once its slice ends (Gloo's own wait timeout would close
 /// every connection): the waiting thread arms it with the buffer and the slice's end, the
 /// waker thread calls abortWait*() then, and the waiting thread disarms it before the buffer
@@ -388,9 +396,7 @@ class gloo_waker {
     // The watch may write to a dead peer's socket (abort_world posts a receive): with SIGPIPE
     // blocked on this thread (its own, for good) the write fails with EPIPE instead of ending
     // the process. Found by tutti-faults with 4 MB messages under native.
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
+    const sigset_t pipe = sigpipe_set();
     pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
     std::unique_lock lock(mu_);
     while (!stop_) {
@@ -436,9 +442,7 @@ class gloo_waker {
 class sigpipe_guard {
  public:
   sigpipe_guard() noexcept {
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
+    const sigset_t pipe = sigpipe_set();
     pthread_sigmask(SIG_BLOCK, &pipe, &old_);
     sigset_t pending;
     sigemptyset(&pending);
@@ -450,9 +454,7 @@ class sigpipe_guard {
     sigset_t pending;
     sigemptyset(&pending);
     if (!had_ && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
-      sigset_t pipe;
-      sigemptyset(&pipe);
-      sigaddset(&pipe, SIGPIPE);
+      const sigset_t pipe = sigpipe_set();
       const timespec now{0, 0};
       while (sigtimedwait(&pipe, nullptr, &now) == -1 && errno == EINTR) {
       }
