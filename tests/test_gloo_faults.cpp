@@ -92,6 +92,63 @@ TEST_CASE("native: mismatched counts time out at the deadline instead of crashin
   }
 }
 
+TEST_CASE("native: calls of count 0 meet, so a disagreement at count 0 raises too") {
+  // Gloo's collectives exchange nothing at count 0; tutti meets the others in a barrier on the
+  // call's tag (fingerprint and count in it) instead. tests/mismatch found every rank returning
+  // normally from count-0 calls that disagreed in root or collective.
+  SUBCASE("agreed: every collective at count 0 returns, and the next call is right") {
+    temp_dir dir;
+    const auto status = run_ranks(3, [&](int r) {
+      auto comm = join<tutti::native>(dir, r, 3);
+      std::vector<float> none;
+      const std::span<float> e(none);
+      comm.all_reduce(e, tutti::sum);
+      comm.reduce(e, tutti::max, 2);
+      comm.broadcast(e, 1);
+      comm.all_gather(std::span<const float>(e), e);
+      comm.gather(std::span<const float>(e), e, 0);
+      comm.scatter(std::span<const float>(e), e, 2);
+      comm.all_to_all(std::span<const float>(e), e);
+      std::vector<float> v(4, static_cast<float>(r) + 1.0f);
+      comm.all_reduce(std::span<float>(v), tutti::sum);
+      return v == std::vector<float>(4, 6.0f) ? 0 : 1;
+    });
+    for (int r = 0; r < 3; ++r) CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
+  }
+  const auto disagree = [](auto&& call) {
+    shared_report rep;
+    temp_dir dir;
+    const auto status = run_ranks(2, [&](int r) {
+      tutti::options opts;
+      opts.timeout = std::chrono::milliseconds(500);
+      auto comm = join<tutti::native>(dir, r, 2, opts);
+      return expect_error(rep.operator->(), r, [&] { call(comm, r); });
+    });
+    for (int r = 0; r < 2; ++r) {
+      CAPTURE(r);
+      CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
+      CHECK(rep->kind[r] == static_cast<int>(tutti::errc::timeout));
+    }
+  };
+  SUBCASE("broadcast roots disagree") {
+    disagree([](auto& comm, int r) { comm.broadcast(std::span<float>(), r); });
+  }
+  SUBCASE("scatter on one rank, gather on the other") {
+    disagree([](auto& comm, int r) {
+      if (r == 0)
+        comm.scatter(std::span<const float>(), std::span<float>(), 0);
+      else
+        comm.gather(std::span<const float>(), std::span<float>(), 0);
+    });
+  }
+  SUBCASE("count 0 on one rank, 10 on the other") {
+    disagree([](auto& comm, int r) {
+      std::vector<float> v(r == 0 ? 0 : 10, 1.0f);
+      comm.all_reduce(std::span<float>(v), tutti::sum);
+    });
+  }
+}
+
 TEST_CASE("a rank that never calls: the other times out at its deadline") {
   temp_dir dir;
   check_silent_rank([&](int r, const tutti::options& o) { return join(dir, r, 2, o); });

@@ -180,15 +180,6 @@ struct trial_desc {
   std::vector<call_desc> follow;  // the agreed calls after it
   bool expect_raise = true;
 
-  /// Gloo's own collectives (tutti::native over gloo) skip calls of count 0: nothing is
-  /// exchanged, so a disagreement in root or collective at count 0 reaches no rank (and no
-  /// data can be wrong). Such trials are counted apart ("undetectable"), not as SILENT.
-  [[nodiscard]] bool zero_count_native() const noexcept {
-    const auto zero = [](const call_desc& d) { return d.c != coll::barrier && d.n == 0; };
-    return transport == 2 && policy == 7 && zero(base) &&
-           (f == field::missing ? missing != missing_kind::next || zero(follow[0]) : zero(deviant));
-  }
-
   [[nodiscard]] bool deviates(int r) const noexcept { return ((deviants >> r) & 1U) != 0; }
   [[nodiscard]] std::string describe() const {
     std::string s;
@@ -956,7 +947,6 @@ struct tally {
   long other = 0;                 // errors of another kind than the four expected
   long late = 0;                  // a rank returned from the mismatched call, raised at a later one
   int max_late = 0;               // how many calls later, at most
-  long undetectable = 0;          // see trial_desc::zero_count_native
   long silent = 0;                // a wrong value, or a rank that never raised
   long hang = 0;
   long bad_peer = 0;  // an error named the raising rank itself as the peer
@@ -966,7 +956,7 @@ struct tally {
 
 struct verdict {
   bool silent = false, late = false, early = false, hang = false, broken = false, bad_peer = false,
-       undetectable = false, slow = false, raised_all = false;
+       slow = false, raised_all = false;
   std::string why;
 };
 
@@ -1051,8 +1041,6 @@ verdict judge(const trial_desc& t, const world_report& rep, const world_result& 
       if (m.wrong_value.load() != 0) {
         v.silent = true;
         append(v.why, who, "SILENT: a call returned normally with a wrong value;");
-      } else if (at == 0 && t.zero_count_native() && !strict) {
-        v.undetectable = true;
       } else if (at == 0) {
         v.silent = true;
         append(v.why, who, "SILENT: returned normally from the mismatched call and from all ",
@@ -1102,7 +1090,6 @@ verdict judge(const trial_desc& t, const world_report& rep, const world_result& 
   if (v.late) ++ty.late;
   if (v.early) ++ty.early;
   if (v.bad_peer) ++ty.bad_peer;
-  if (v.undetectable) ++ty.undetectable;
   if (v.hang) ++ty.hang;
   if (v.broken) ++ty.broken;
   return v;
@@ -1275,10 +1262,10 @@ int main(int argc, char** argv) {
   munmap(mem, sizeof(world_report));
   const double secs = std::chrono::duration<double>(clock_type::now() - t_start).count();
 
-  std::printf("\n%-7s %-10s %6s %4s %6s %5s %8s %7s %9s %7s %5s %6s %8s %5s %6s %4s %7s %6s\n",
+  std::printf("\n%-7s %-10s %6s %4s %6s %5s %8s %7s %9s %7s %5s %6s %8s %6s %4s %7s %6s\n",
               "transp", "field", "trials", "slow", "raised", "early", "mismatch", "timeout",
-              "peer_lost", "aborted", "late", "+calls", "max_ms", "undet", "SILENT", "HANG",
-              "BADPEER", "BROKEN");
+              "peer_lost", "aborted", "late", "+calls", "max_ms", "SILENT", "HANG", "BADPEER",
+              "BROKEN");
   long silent = 0, hang = 0, broken = 0, bad_peer = 0;
   std::string json;
   append(json, "{\"seed\": ", cfg.seed, ", \"timeout_ms\": ", cfg.timeout.count(), ", \"rows\": [");
@@ -1292,11 +1279,11 @@ int main(int argc, char** argv) {
       const char* fn = field_names[static_cast<std::size_t>(f)];
       const double ms = static_cast<double>(ty.max_micros) / 1000.0;
       std::printf(
-          "%-7s %-10s %6ld %4ld %6ld %5ld %8ld %7ld %9ld %7ld %5ld %6d %8.1f %5ld %6ld %4ld %7ld "
+          "%-7s %-10s %6ld %4ld %6ld %5ld %8ld %7ld %9ld %7ld %5ld %6d %8.1f %6ld %4ld %7ld "
           "%6ld\n",
           xn, fn, ty.trials, ty.slow, ty.raised_all, ty.early, code(tutti::errc::mismatch),
           code(tutti::errc::timeout), code(tutti::errc::peer_lost), code(tutti::errc::aborted),
-          ty.late, ty.max_late, ms, ty.undetectable, ty.silent, ty.hang, ty.bad_peer, ty.broken);
+          ty.late, ty.max_late, ms, ty.silent, ty.hang, ty.bad_peer, ty.broken);
       silent += ty.silent;
       hang += ty.hang;
       broken += ty.broken;
@@ -1309,9 +1296,8 @@ int main(int argc, char** argv) {
              ", \"peer_lost\": ", code(tutti::errc::peer_lost),
              ", \"aborted\": ", code(tutti::errc::aborted), ", \"late\": ", ty.late,
              ", \"late_calls_max\": ", ty.max_late, ", \"max_ms\": ", ms,
-             ", \"undetectable\": ", ty.undetectable, ", \"silent\": ", ty.silent,
-             ", \"hang\": ", ty.hang, ", \"bad_peer\": ", ty.bad_peer, ", \"broken\": ", ty.broken,
-             "}");
+             ", \"silent\": ", ty.silent, ", \"hang\": ", ty.hang, ", \"bad_peer\": ", ty.bad_peer,
+             ", \"broken\": ", ty.broken, "}");
       first_row = false;
     }
   append(json, "], \"failures\": ", failures, "}\n");
@@ -1326,8 +1312,7 @@ int main(int argc, char** argv) {
       "how many later, at most); mismatch..aborted: ranks raising each code in the mismatched\n"
       "call; max_ms: the longest time from entering it to raising. Control rows: no deviation;\n"
       "a control that raises or returns a wrong value counts as BROKEN. BADPEER: an error\n"
-      "named the raising rank itself as the peer. undet: trials no rank could detect by design\n"
-      "(native over gloo at count 0: nothing is exchanged; --strict counts them as SILENT).\n"
+      "named the raising rank itself as the peer.\n"
       "slow: trials not judged because an agreed warm-up timed out (raise --timeout-ms).\n");
   std::printf("%.1f s\n", secs);
   if (failures == 0) {

@@ -689,7 +689,7 @@ class gloo {
   void native_all_reduce(const detail::call& c, const std::byte* in, std::byte* out,
                          std::size_t count, detail::clock::time_point deadline) {
     copy_if_distinct(out, in, count * c.elem_size);
-    if (count == 0 || size() == 1) return;
+    if (size() == 1 || empty_call(c, count, deadline)) return;
     native_run(c, deadline, [&](auto tag) {
       using T = decltype(tag);
       ::gloo::AllreduceOptions o(s_->ctx);
@@ -705,7 +705,7 @@ class gloo {
   void native_reduce(const detail::call& c, const std::byte* in, std::byte* out, std::size_t count,
                      int root, detail::clock::time_point deadline) {
     if (rank() == root) copy_if_distinct(out, in, count * c.elem_size);
-    if (count == 0 || size() == 1) return;
+    if (size() == 1 || empty_call(c, count, deadline)) return;
     // Gloo's reduce writes scratch into the output of every rank: non-roots get their own.
     std::vector<std::byte> tmp(rank() == root ? 0 : count * c.elem_size);
     if (rank() != root) std::memcpy(tmp.data(), in, tmp.size());
@@ -724,7 +724,7 @@ class gloo {
 
   void native_broadcast(const detail::call& c, std::byte* buf, std::size_t count, int root,
                         detail::clock::time_point deadline) {
-    if (count == 0 || size() == 1) return;
+    if (size() == 1 || empty_call(c, count, deadline)) return;
     native_run(c, deadline, [&](auto tag) {
       using T = decltype(tag);
       ::gloo::BroadcastOptions o(s_->ctx);
@@ -740,7 +740,7 @@ class gloo {
                          std::size_t count, detail::clock::time_point deadline) {
     const std::size_t bytes = count * c.elem_size;
     copy_if_distinct(out + static_cast<std::size_t>(rank()) * bytes, in, bytes);
-    if (count == 0 || size() == 1) return;
+    if (size() == 1 || empty_call(c, count, deadline)) return;
     native_run(c, deadline, [&](auto tag) {
       using T = decltype(tag);
       ::gloo::AllgatherOptions o(s_->ctx);
@@ -756,7 +756,7 @@ class gloo {
                      int root, detail::clock::time_point deadline) {
     const std::size_t bytes = count * c.elem_size;
     if (rank() == root) copy_if_distinct(out + static_cast<std::size_t>(root) * bytes, in, bytes);
-    if (count == 0 || size() == 1) return;
+    if (size() == 1 || empty_call(c, count, deadline)) return;
     native_run(c, deadline, [&](auto tag) {
       using T = decltype(tag);
       ::gloo::GatherOptions o(s_->ctx);
@@ -774,7 +774,7 @@ class gloo {
                       int root, detail::clock::time_point deadline) {
     const std::size_t bytes = count * c.elem_size;
     if (rank() == root) copy_if_distinct(out, in + static_cast<std::size_t>(root) * bytes, bytes);
-    if (count == 0 || size() == 1) return;
+    if (size() == 1 || empty_call(c, count, deadline)) return;
     native_run(c, deadline, [&](auto tag) {
       using T = decltype(tag);
       ::gloo::ScatterOptions o(s_->ctx);
@@ -797,10 +797,11 @@ class gloo {
   void native_all_to_all(const detail::call& c, const std::byte* in, std::byte* out,
                          std::size_t count, detail::clock::time_point deadline) {
     const std::size_t total = count * static_cast<std::size_t>(size());
-    if (size() == 1 || count == 0) {
+    if (size() == 1) {
       copy_if_distinct(out, in, total * c.elem_size);
       return;
     }
+    if (empty_call(c, count, deadline)) return;
     // In place: Gloo reads its input while peers' blocks land in the output.
     std::vector<std::byte> tmp(in == out ? total * c.elem_size : 0);
     if (in == out) std::memcpy(tmp.data(), in, tmp.size());
@@ -814,6 +815,17 @@ class gloo {
       o.setTimeout(left(deadline));
       ::gloo::alltoall(o);
     });
+  }
+
+  /// Gloo's collectives exchange nothing at count 0, so a count-0 call meets the other ranks in
+  /// a barrier on the call's tag instead (which hashes the sequence number, collective, type,
+  /// op, root and count): a rank whose call disagrees waits on another tag and every rank
+  /// raises at the deadline, as for a disagreement at any other count, instead of returning as
+  /// if all had agreed. True when it ran (count 0).
+  bool empty_call(const detail::call& c, std::size_t count, detail::clock::time_point deadline) {
+    if (count != 0) return false;
+    native_barrier(c, deadline);
+    return true;
   }
 
   void native_barrier(const detail::call& c, detail::clock::time_point deadline) {
