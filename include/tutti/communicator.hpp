@@ -31,11 +31,13 @@ namespace tutti {
 /// Every rank calls the same collectives in the same order with matching arguments (same
 /// element type, op, root and count; per-rank counts of the v-variants equal on every rank).
 /// A call that does not match raises tutti::error(errc::mismatch) naming both sides on the
-/// ranks whose messages meet the disagreement; a rank whose part of the schedule never meets it
-/// completes that call (and possibly a few more) with correct results and raises at a later
-/// call, once the abort reaches it (tests/mismatch measures up to 4 calls later). No call
-/// returns a wrong result. After any error the communicator is broken: every later call raises
-/// at once.
+/// ranks whose messages meet the disagreement, and peer() is a rank whose call differs from
+/// this rank's; a rank whose part of the schedule never meets it completes that call (and
+/// possibly a few more) with correct results and raises at a later call, once the abort
+/// reaches it: on inproc and shm at the first call it starts after the abort was recorded, and
+/// at the latest at a call that waits for a rank that raised (a rank whose calls only send into
+/// buffers can return first). No call returns a wrong result. After any error the communicator
+/// is broken: every later call raises at once.
 template <class Transport, class Algorithm = automatic>
 class communicator : private detail::communicator_base<Transport, Algorithm> {
   using base = detail::communicator_base<Transport, Algorithm>;

@@ -12,9 +12,10 @@
 //   exit   the deviants leave (the thread returns, the process closes its communicator);
 //   stall  the deviants stay alive without calling until the others are done (a timeout case);
 //   next   the deviants skip it and make the call after it (the first agreed follow-up) early.
-// A rank whose mismatched call returns normally goes on with the agreed follow-up calls (four)
-// until one raises. Every value a rank gets back from a call that returned normally is checked
-// exactly against what that call, as this rank made it, must produce. Outcomes:
+// A rank whose mismatched call returns normally goes on with the agreed follow-up calls (four
+// random ones, then a barrier) until one raises. Every value a rank gets back from a call that
+// returned normally is checked exactly against what that call, as this rank made it, must produce.
+// Outcomes:
 //   raised  the rank raised in the mismatched call itself;
 //   late    it returned from the mismatched call with right values and raised at a later call
 //           (the communicator documents this for ranks the disagreement does not reach);
@@ -179,6 +180,12 @@ struct trial_desc {
   call_desc deviant;              // as the deviants make it (unused for a missing call)
   std::vector<call_desc> follow;  // the agreed calls after it
   bool expect_raise = true;
+
+  /// all_to_allv's fingerprint leaves the counts out (they differ per rank by design): a count
+  /// deviation shows only as a size mismatch between one pair.
+  [[nodiscard]] bool same_fingerprint() const noexcept {
+    return f == field::count && base.c == coll::all_to_allv;
+  }
 
   [[nodiscard]] bool deviates(int r) const noexcept { return ((deviants >> r) & 1U) != 0; }
   [[nodiscard]] std::string describe() const {
@@ -931,6 +938,10 @@ trial_desc draw_trial(const config& cfg, int transport, long index) {
     t.follow.clear();
     t.follow.push_back(draw_call(g, g.pick(others), t.p, ++salt, true));
     for (int k = 0; k < 3; ++k) t.follow.push_back(draw_call(g, g.pick(colls), t.p, ++salt, true));
+    // Last a barrier, which every rank must reach: a rank whose calls since the mismatch were
+    // all sends that fit in the transport's buffers (a scatter root, a gather leaf) can return
+    // from each before any rank found the disagreement; it learns of it here at the latest.
+    t.follow.push_back(call_desc{});
     t.expect_raise = t.f != field::control || cfg.expect_silent_control;
     return t;
   }
@@ -949,7 +960,7 @@ struct tally {
   int max_late = 0;               // how many calls later, at most
   long silent = 0;                // a wrong value, or a rank that never raised
   long hang = 0;
-  long bad_peer = 0;  // an error named the raising rank itself as the peer
+  long bad_peer = 0;  // an error named this rank itself, or (mismatch) a rank that agrees with it
   long broken = 0;    // a warm-up failed, a process crashed, an odd error
   long long max_micros = 0;
 };
@@ -1076,6 +1087,14 @@ verdict judge(const trial_desc& t, const world_report& rep, const world_result& 
       // this rank itself points the user at the wrong process.
       v.bad_peer = true;
       append(v.why, who, "names itself as the peer: ", m.what, ";");
+    } else if (code == tutti::errc::mismatch && t.f != field::control && !t.same_fingerprint() &&
+               (peer < 0 || peer >= t.p || t.deviates(peer) == t.deviates(r))) {
+      // Every disagreement is between a deviating rank and an agreeing one (the deviants all
+      // make the same call): a mismatch must name a rank whose call differs from this rank's.
+      // (Where the calls' fingerprints agree, only the pair whose message sizes disagree can
+      // know which ranks are party to it.)
+      v.bad_peer = true;
+      append(v.why, who, "names rank ", peer, ", whose call is the same as its own: ", m.what, ";");
     } else if (!known || m.err_rank.load() != r || peer < -1 || peer >= t.p ||
                m.err_seq.load() != static_cast<long long>(seq) || m.wrong_name.load() != 0) {
       if (!known) ++ty.other;
@@ -1312,7 +1331,8 @@ int main(int argc, char** argv) {
       "how many later, at most); mismatch..aborted: ranks raising each code in the mismatched\n"
       "call; max_ms: the longest time from entering it to raising. Control rows: no deviation;\n"
       "a control that raises or returns a wrong value counts as BROKEN. BADPEER: an error\n"
-      "named the raising rank itself as the peer.\n"
+      "named the raising rank itself as the peer, or a mismatch named a rank whose call\n"
+      "is the same as the raising rank's.\n"
       "slow: trials not judged because an agreed warm-up timed out (raise --timeout-ms).\n");
   std::printf("%.1f s\n", secs);
   if (failures == 0) {

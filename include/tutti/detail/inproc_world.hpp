@@ -114,13 +114,21 @@ class inproc_world {
     while (m->state.load(std::memory_order_acquire) == inproc_message::claimed) cpu_relax();
   }
 
+  /// What the first abort recorded: `subject` is the rank it is about (the other side of a
+  /// mismatch as the writer saw it, a failed rank), `writer` the rank that wrote it (-1: none).
+  struct abort_record {
+    errc code = errc::aborted;
+    std::string what;
+    int subject = -1;
+    int writer = -1;
+  };
+
   /// Fails every rank's waits with `code` and `what`. The first abort wins; later ones keep it.
-  void abort(errc code, const std::string& what) {
+  void abort(errc code, const std::string& what, int subject = -1, int writer = -1) {
     {
       std::lock_guard lock(abort_mu_);
       if (!aborted_.load(std::memory_order_relaxed)) {
-        abort_code_ = code;
-        abort_what_ = what;
+        abort_ = {code, what, subject, writer};
         aborted_.store(true, std::memory_order_release);
       }
     }
@@ -136,9 +144,9 @@ class inproc_world {
   [[nodiscard]] bool exited(int r) const noexcept {
     return exited_[idx(r)].load(std::memory_order_acquire);
   }
-  [[nodiscard]] std::pair<errc, std::string> abort_reason() {
+  [[nodiscard]] abort_record abort_reason() {
     std::lock_guard lock(abort_mu_);
-    return {abort_code_, abort_what_};
+    return abort_;
   }
 
   // Generation barrier over all ranks.
@@ -180,7 +188,7 @@ class inproc_world {
       snd->error = problem;
       rcv->error = problem;
       // Abort first: a rank woken by its failed message must find the mismatch as the cause.
-      if (s == space::collective) abort(errc::mismatch, problem);
+      if (s == space::collective) abort(errc::mismatch, problem, snd->owner, rcv->owner);
       finish(snd, inproc_message::failed);
       finish(rcv, inproc_message::failed);
       return;
@@ -204,8 +212,7 @@ class inproc_world {
   std::unique_ptr<inproc_channel[]> channels_;
   std::atomic<bool> aborted_{false};
   std::mutex abort_mu_;
-  errc abort_code_ = errc::aborted;
-  std::string abort_what_;
+  abort_record abort_;
   std::atomic<std::uint32_t> barrier_arrived_{0};
   std::atomic<std::uint32_t> barrier_gen_{0};
   std::size_t segment_bytes_;

@@ -245,7 +245,7 @@ class shm_channels {
       }
       if (!problem.empty()) {
         fail(pr.recvs, op, problem);
-        v_.abort(errc::mismatch, problem);
+        v_.abort(errc::mismatch, problem, q);
         return;  // the payload is skipped
       }
       op->started = true;

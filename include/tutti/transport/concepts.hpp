@@ -32,7 +32,8 @@ concept point_to_point = requires(T& t, const T& ct, int peer, std::span<const s
   { t.isend(peer, out, c, detail::space::collective, tag) } -> std::same_as<typename T::request>;
   { t.irecv(peer, in, c, detail::space::collective, tag) } -> std::same_as<typename T::request>;
   t.wait(req, c, deadline);
-  t.publish(c);  // announces the call's fingerprint before its first exchange
+  t.publish(c);  // announces the call's fingerprint before its first exchange; may raise
+                 // an abort already recorded for the world
 };
 
 /// A transport that can reduce an incoming message straight into the receive buffer

@@ -1229,7 +1229,22 @@ class gloo {
   [[noreturn]] void raise_recorded(const detail::call& c, const detail::gloo_abort_record& rec) {
     abort_world(*s_, rec, false);
     // `subject` is the writer's other side; on that side it is this rank: name the writer.
-    const int peer = rec.subject == rank() ? rec.writer : rec.subject;
+    int peer = rec.subject == rank() ? rec.writer : rec.subject;
+    // A mismatch is between the writer and the subject, one of whom may have made the same call
+    // as this rank: name the one whose call (its record in the store) differs from this rank's.
+    if (rec.code == errc::mismatch && c.compared())
+      for (const int q : {rec.subject, rec.writer}) {
+        if (q < 0 || q == rank() || q >= size()) continue;
+        try {
+          const auto theirs = detail::gloo_parse_call(s_->store->get_string(
+              s_->prefix + "call/" + std::to_string(q), std::chrono::milliseconds(0)));
+          if (theirs && theirs->first == c.seq && !(theirs->second == c.fp)) {
+            peer = q;
+            break;
+          }
+        } catch (const error&) {  // no record, or no store: keep the writer's view
+        }
+      }
     throw error(rec.code, c.name_str(), c.seq, rank(), peer,
                 "rank " + std::to_string(rec.writer) + " reported: " + rec.what);
   }

@@ -119,9 +119,13 @@ class inproc {
     r.msg_.reset();
   }
 
-  /// Puts this rank's call on the board, where waiting peers compare it with theirs.
-  void publish(const detail::call& c) noexcept {
+  /// Puts this rank's call on the board, where waiting peers compare it with theirs, then
+  /// raises the world's abort if there is one: a rank whose part of the calls after a mismatch
+  /// involves no rank that raised would otherwise go on returning normally (tests/mismatch
+  /// finding 3).
+  void publish(const detail::call& c) {
     world_->rank_state(rank_).board.publish(c.seq, c.fp);
+    if (world_->aborted()) raise_abort(c, -1);
   }
 
   [[nodiscard]] std::byte* segment(int r) noexcept { return world_->segment(r); }
@@ -143,7 +147,7 @@ class inproc {
                    : "mismatched collective: rank " + std::to_string(rank_) + " called " +
                          c.fp.describe() + " as call #" + std::to_string(c.seq) + " but rank " +
                          std::to_string(r) + " reached the barrier from another call";
-        world_->abort(errc::mismatch, what);
+        world_->abort(errc::mismatch, what, r, rank_);
         throw error(errc::mismatch, c.name_str(), c.seq, rank_, r, what);
       }
     }
@@ -178,18 +182,39 @@ class inproc {
     return r;
   }
 
+  /// A rank whose call #c.seq on the board differs from this rank's, else `fallback`: whom to
+  /// name when raising a mismatch another rank recorded (the rank this one waited for may have
+  /// made the same call as it).
+  [[nodiscard]] int disagreeing(const detail::call& c, int fallback) const {
+    for (int r = 0; r < size(); ++r)
+      if (r != rank_)
+        if (auto theirs = world_->rank_state(r).board.lookup(c.seq); theirs && !(*theirs == c.fp))
+          return r;
+    return fallback;
+  }
+
+  /// Raises the world's abort record in call c, naming `peer` (for a mismatch, a rank whose
+  /// call differs from this rank's, if one is on the board).
+  [[noreturn]] void raise_abort(const detail::call& c, int peer) const {
+    const auto rec = world_->abort_reason();
+    // The rank the record is about, or, if that is this rank, the one that wrote it.
+    if (rec.subject >= 0 && rec.subject != rank_)
+      peer = rec.subject;
+    else if (rec.writer >= 0 && rec.writer != rank_)
+      peer = rec.writer;
+    throw error(rec.code, c.name_str(), c.seq, rank_,
+                rec.code == errc::mismatch ? disagreeing(c, peer) : peer, rec.what);
+  }
+
   void poll(const detail::call& c, detail::clock::time_point deadline, int peer) {
-    if (world_->aborted()) {
-      auto [code, what] = world_->abort_reason();
-      throw error(code, c.name_str(), c.seq, rank_, peer, what);
-    }
+    if (world_->aborted()) raise_abort(c, peer);
     if (c.compared()) {
       for (int r = 0; r < size(); ++r) {
         if (r == rank_) continue;
         auto theirs = world_->rank_state(r).board.lookup(c.seq);
         if (theirs && !(*theirs == c.fp)) {
           const std::string what = detail::mismatch_text(rank_, c.fp, r, *theirs);
-          world_->abort(errc::mismatch, what);
+          world_->abort(errc::mismatch, what, r, rank_);
           throw error(errc::mismatch, c.name_str(), c.seq, rank_, r, what);
         }
       }
@@ -234,7 +259,7 @@ void inproc::run(int n, Fn&& fn, const options& opts) {
         what = e.what();
       } catch (...) {
       }
-      world->abort(errc::aborted, "rank " + std::to_string(r) + " failed: " + what);
+      world->abort(errc::aborted, "rank " + std::to_string(r) + " failed: " + what, r, r);
       world->mark_exited(r);
     }
   };

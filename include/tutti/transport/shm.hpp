@@ -212,11 +212,15 @@ class shm {
     r.op_.reset();
   }
 
-  /// Puts this rank's call on its board, where waiting peers compare it with theirs.
-  void publish(const detail::call& c) noexcept {
+  /// Puts this rank's call on its board, where waiting peers compare it with theirs, then
+  /// raises the world's abort record if there is one: a rank whose part of the calls after a
+  /// mismatch involves no rank that raised (sends that fit in the rings, say) would otherwise
+  /// go on returning normally (tests/mismatch finding 3).
+  void publish(const detail::call& c) {
     auto& me = s_->view.block(s_->rank);
     me.board.publish(c.seq, c.fp);
     me.beat.store(++s_->beats, std::memory_order_relaxed);
+    if (s_->view.aborted()) raise_abort(c, -1);
   }
 
   [[nodiscard]] std::byte* segment(int r) noexcept { return s_->view.slot(r); }
@@ -260,7 +264,7 @@ class shm {
                                            c.fp.describe() + " but rank " + std::to_string(q) +
                                            " reached the barrier from call #" +
                                            std::to_string(seq) + " " + fp.describe();
-        st.view.abort(errc::mismatch, what);
+        st.view.abort(errc::mismatch, what, q);
         throw error(errc::mismatch, c.name_str(), c.seq, st.rank, q, what);
       }
     }
@@ -329,7 +333,7 @@ class shm {
                                          c.fp.describe() + " but rank " + std::to_string(q) +
                                          " sent from call #" + std::to_string(first->seq) + " " +
                                          fp.describe();
-      st.view.abort(errc::mismatch, what);
+      st.view.abort(errc::mismatch, what, q);
       throw error(errc::mismatch, c.name_str(), c.seq, st.rank, q, what);
     }
     std::size_t at = std::min(n, detail::shm_first_line::payload);
@@ -480,6 +484,40 @@ class shm {
     return who;
   }
 
+  /// A rank whose call #c.seq on the board differs from this rank's, else `fallback`: whom to
+  /// name when raising a mismatch another rank recorded (the rank this one waited for may have
+  /// made the same call as it).
+  [[nodiscard]] int disagreeing(const detail::call& c, int fallback) const {
+    for (int q = 0; q < s_->size; ++q)
+      if (q != s_->rank)
+        if (auto theirs = s_->view.block(q).board.lookup(c.seq); theirs && !(*theirs == c.fp))
+          return q;
+    return fallback;
+  }
+
+  [[nodiscard]] error died_error(const detail::call& c, int q) const {
+    return error(errc::peer_lost, c.name_str(), c.seq, s_->rank, q,
+                 "rank " + std::to_string(q) + " (pid " +
+                     std::to_string(s_->view.block(q).pid.load(std::memory_order_relaxed)) +
+                     ") died without closing its communicator");
+  }
+
+  /// Raises the world's abort record in call c. An abort of kind `aborted` is a consequence (a
+  /// rank abandoned a message while it unwound from an error, typically a peer's death): a dead
+  /// peer is the cause to name. For a mismatch, a rank whose call differs from this rank's if
+  /// one is on the board; else the rank the record blames (unless that is this rank), else
+  /// `peer`.
+  [[noreturn]] void raise_abort(const detail::call& c, int peer) {
+    auto& st = *s_;
+    auto [code, what, blame] = st.view.abort_reason();
+    if (code == errc::aborted)
+      for (int q = 0; q < st.size; ++q)
+        if (q != st.rank && !closed(q) && st.watch.gone(q)) throw died_error(c, q);
+    if (blame >= 0 && blame != st.rank) peer = blame;
+    throw error(code, c.name_str(), c.seq, st.rank,
+                code == errc::mismatch ? disagreeing(c, peer) : peer, what);
+  }
+
   /// Runs before every sleep: abort record, peers' boards, peers' processes, the deadline.
   /// `ready` is what the caller waits for: a peer may write its last message and exit between
   /// the caller's last look and this one, so a lost peer is reported only if it still is not.
@@ -490,33 +528,18 @@ class shm {
     auto& st = *s_;
     const auto now = detail::clock::now();
     watch_beats(now);
-    const auto died = [&](int q) {
-      return error(errc::peer_lost, c.name_str(), c.seq, st.rank, q,
-                   "rank " + std::to_string(q) + " (pid " +
-                       std::to_string(st.view.block(q).pid.load(std::memory_order_relaxed)) +
-                       ") died without closing its communicator");
-    };
-    if (st.view.aborted()) {
-      auto [code, what, blame] = st.view.abort_reason();
-      // An abort of kind `aborted` is a consequence (a rank abandoned a message while it
-      // unwound from an error, typically a peer's death): a dead peer is the cause to name.
-      if (code == errc::aborted)
-        for (int q = 0; q < st.size; ++q)
-          if (q != st.rank && !closed(q) && st.watch.gone(q)) throw died(q);
-      throw error(code, c.name_str(), c.seq, st.rank, blame >= 0 && blame != st.rank ? blame : peer,
-                  what);
-    }
+    if (st.view.aborted()) raise_abort(c, peer);
     for (int q = 0; q < st.size; ++q) {
       if (q == st.rank) continue;
       if (c.compared()) {
         auto theirs = st.view.block(q).board.lookup(c.seq);
         if (theirs && !(*theirs == c.fp)) {
           const std::string what = detail::mismatch_text(st.rank, c.fp, q, *theirs);
-          st.view.abort(errc::mismatch, what);
+          st.view.abort(errc::mismatch, what, q);
           throw error(errc::mismatch, c.name_str(), c.seq, st.rank, q, what);
         }
       }
-      if (!closed(q) && st.watch.gone(q) && !ready()) throw died(q);
+      if (!closed(q) && st.watch.gone(q) && !ready()) throw died_error(c, q);
     }
     // Only then ranks that closed cleanly (say, after raising this same death themselves):
     // a death is the cause worth naming.
