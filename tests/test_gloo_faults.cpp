@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -31,6 +32,25 @@ namespace {
 template <class P = tutti::automatic>
 auto join(const temp_dir& dir, int r, int n, tutti::options opts = {}) {
   return tutti::communicator<tutti::gloo, P>::from_url(dir.url(), r, n, opts);
+}
+
+/// Two ranks under `native` with a 500 ms timeout run `call(comm, rank)`, which must raise on
+/// both; returns the errc each raised.
+template <class Call>
+std::array<int, 2> native_disagreement(Call&& call) {
+  shared_report rep;
+  temp_dir dir;
+  const auto status = run_ranks(2, [&](int r) {
+    tutti::options opts;
+    opts.timeout = std::chrono::milliseconds(500);
+    auto comm = join<tutti::native>(dir, r, 2, opts);
+    return expect_error(rep.operator->(), r, [&] { call(comm, r); });
+  });
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
+  }
+  return {rep->kind[0], rep->kind[1]};
 }
 
 }  // namespace
@@ -73,23 +93,13 @@ TEST_CASE("mismatched calls raise mismatch on every rank, not a hang or a crash"
 TEST_CASE("native: mismatched counts time out at the deadline instead of crashing") {
   // Gloo's own collectives cannot be woken to compare calls; their tags carry the fingerprint,
   // so the messages never meet (Gloo would abort a process receiving a longer message).
-  shared_report rep;
-  temp_dir dir;
-  const auto status = run_ranks(2, [&](int r) {
-    tutti::options opts;
-    opts.timeout = std::chrono::milliseconds(500);
-    auto comm = join<tutti::native>(dir, r, 2, opts);
+  const auto kinds = native_disagreement([](auto& comm, int r) {
     std::vector<float> v(r == 1 ? 2000 : 1000, 1.0f);
-    return expect_error(rep.operator->(), r,
-                        [&] { comm.all_reduce(std::span<float>(v), tutti::sum); });
+    comm.all_reduce(std::span<float>(v), tutti::sum);
   });
-  for (int r = 0; r < 2; ++r) {
-    CAPTURE(r);
-    CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
-    const int kind = rep->kind[r];
+  for (const int kind : kinds)
     CHECK((kind == static_cast<int>(tutti::errc::timeout) ||
            kind == static_cast<int>(tutti::errc::peer_lost)));
-  }
 }
 
 TEST_CASE("native: calls of count 0 meet, so a disagreement at count 0 raises too") {
@@ -116,19 +126,8 @@ TEST_CASE("native: calls of count 0 meet, so a disagreement at count 0 raises to
     for (int r = 0; r < 3; ++r) CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
   }
   const auto disagree = [](auto&& call) {
-    shared_report rep;
-    temp_dir dir;
-    const auto status = run_ranks(2, [&](int r) {
-      tutti::options opts;
-      opts.timeout = std::chrono::milliseconds(500);
-      auto comm = join<tutti::native>(dir, r, 2, opts);
-      return expect_error(rep.operator->(), r, [&] { call(comm, r); });
-    });
-    for (int r = 0; r < 2; ++r) {
-      CAPTURE(r);
-      CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
-      CHECK(rep->kind[r] == static_cast<int>(tutti::errc::timeout));
-    }
+    for (const int kind : native_disagreement(call))
+      CHECK(kind == static_cast<int>(tutti::errc::timeout));
   };
   SUBCASE("broadcast roots disagree") {
     disagree([](auto& comm, int r) { comm.broadcast(std::span<float>(), r); });
