@@ -592,13 +592,17 @@ class fleet {
   return s;
 }
 
-/// /dev/shm/tutti-* entries that appeared since `before` and are still there after a grace
-/// second (a concurrent test's segment lives only while its world forms); each one found is
-/// removed so one leak does not fail later trials.
-[[nodiscard]] std::vector<std::string> shm_leaks(const std::set<std::string>& before) {
+/// /dev/shm/tutti-* entries that appeared since `before`, made by one of `pids` (this trial's
+/// ranks: a test running alongside makes segments of its own; a name that does not parse
+/// counts), and still there after a grace second; each one found is removed so one leak does
+/// not fail later trials.
+[[nodiscard]] std::vector<std::string> shm_leaks(const std::set<std::string>& before,
+                                                 const std::set<long long>& pids) {
   std::vector<std::string> fresh;
-  for (const auto& n : shm_entries())
-    if (before.count(n) == 0) fresh.push_back(n);
+  for (const auto& n : shm_entries()) {
+    const auto parts = tutti::detail::shm_parse_name(n);
+    if (before.count(n) == 0 && (!parts || pids.count(parts->pid) != 0)) fresh.push_back(n);
+  }
   if (fresh.empty()) return fresh;
   sleep_ms(1000);
   std::vector<std::string> leaked;
@@ -747,6 +751,7 @@ struct harness {
         start_delay[static_cast<std::size_t>(r)] = uniform(0, cfg.max_delay_ms);
 
     const auto shm_before = shm_entries();
+    std::set<long long> rank_pids;
     bool ok = true;
     const auto bad = [&](const std::string& what) {
       ok = false;
@@ -767,6 +772,7 @@ struct harness {
         });
       }
       if (listener) listener->close();  // rank 0 holds the only copy: its death closes it
+      for (int r = 0; r < np; ++r) rank_pids.insert(f.pid(r));
 
       if (store_mode) {
         // Rank 0 dies while the world forms: at a random moment while the others start
@@ -889,7 +895,7 @@ struct harness {
     for (int r = 1; r < np; ++r)
       attached = attached || std::string_view(rep->slot[r].what).find("world was forming") !=
                                  std::string_view::npos;
-    for (const auto& n : shm_leaks(shm_before)) {
+    for (const auto& n : shm_leaks(shm_before, rank_pids)) {
       if (store_mode && !attached && !cfg.strict_shm) {
         ++unreachable_segments;
         std::printf("  note: %s: %s left in /dev/shm, its name known to no survivor (removed)\n",
