@@ -63,4 +63,16 @@ class call_board_row {
          " but rank " + std::to_string(peer) + " called " + theirs.describe();
 }
 
+/// A rank q != `self` of `size` whose board (`board_of(q)`) shows call #c.seq different from
+/// c, else `fallback`: whom to name when raising a mismatch another rank recorded (the rank
+/// this one waited for may have made the same call as it).
+template <class BoardOf>
+[[nodiscard]] int disagreeing_rank(const call& c, int self, int size, int fallback,
+                                   BoardOf&& board_of) {
+  for (int q = 0; q < size; ++q)
+    if (q != self)
+      if (auto theirs = board_of(q).lookup(c.seq); theirs && !(*theirs == c.fp)) return q;
+  return fallback;
+}
+
 }  // namespace tutti::detail

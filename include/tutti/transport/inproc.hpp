@@ -182,17 +182,6 @@ class inproc {
     return r;
   }
 
-  /// A rank whose call #c.seq on the board differs from this rank's, else `fallback`: whom to
-  /// name when raising a mismatch another rank recorded (the rank this one waited for may have
-  /// made the same call as it).
-  [[nodiscard]] int disagreeing(const detail::call& c, int fallback) const {
-    for (int r = 0; r < size(); ++r)
-      if (r != rank_)
-        if (auto theirs = world_->rank_state(r).board.lookup(c.seq); theirs && !(*theirs == c.fp))
-          return r;
-    return fallback;
-  }
-
   /// Raises the world's abort record in call c, naming `peer` (for a mismatch, a rank whose
   /// call differs from this rank's, if one is on the board).
   [[noreturn]] void raise_abort(const detail::call& c, int peer) const {
@@ -203,7 +192,12 @@ class inproc {
     else if (rec.writer >= 0 && rec.writer != rank_)
       peer = rec.writer;
     throw error(rec.code, c.name_str(), c.seq, rank_,
-                rec.code == errc::mismatch ? disagreeing(c, peer) : peer, rec.what);
+                rec.code == errc::mismatch
+                    ? detail::disagreeing_rank(
+                          c, rank_, size(), peer,
+                          [&](int q) -> const auto& { return world_->rank_state(q).board; })
+                    : peer,
+                rec.what);
   }
 
   void poll(const detail::call& c, detail::clock::time_point deadline, int peer) {

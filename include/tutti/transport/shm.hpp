@@ -484,17 +484,6 @@ class shm {
     return who;
   }
 
-  /// A rank whose call #c.seq on the board differs from this rank's, else `fallback`: whom to
-  /// name when raising a mismatch another rank recorded (the rank this one waited for may have
-  /// made the same call as it).
-  [[nodiscard]] int disagreeing(const detail::call& c, int fallback) const {
-    for (int q = 0; q < s_->size; ++q)
-      if (q != s_->rank)
-        if (auto theirs = s_->view.block(q).board.lookup(c.seq); theirs && !(*theirs == c.fp))
-          return q;
-    return fallback;
-  }
-
   [[nodiscard]] error died_error(const detail::call& c, int q) const {
     return error(errc::peer_lost, c.name_str(), c.seq, s_->rank, q,
                  "rank " + std::to_string(q) + " (pid " +
@@ -515,7 +504,12 @@ class shm {
         if (q != st.rank && !closed(q) && st.watch.gone(q)) throw died_error(c, q);
     if (blame >= 0 && blame != st.rank) peer = blame;
     throw error(code, c.name_str(), c.seq, st.rank,
-                code == errc::mismatch ? disagreeing(c, peer) : peer, what);
+                code == errc::mismatch ? detail::disagreeing_rank(c, st.rank, st.size, peer,
+                                                                  [&](int q) -> const auto& {
+                                                                    return st.view.block(q).board;
+                                                                  })
+                                       : peer,
+                what);
   }
 
   /// Runs before every sleep: abort record, peers' boards, peers' processes, the deadline.
