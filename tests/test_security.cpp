@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 #include <span>
 #include <string>
@@ -492,4 +493,38 @@ TEST_CASE("shm segment names: parsed strictly; a segment whose creator died is s
   CHECK(::access(("/dev/shm" + orphan).c_str(), F_OK) != 0);
   CHECK(::access(("/dev/shm" + mine).c_str(), F_OK) == 0);  // its creator (this process) lives
   ::shm_unlink(mine.c_str());
+}
+
+TEST_CASE("shm sweep: a process killed but still dying counts as dead") {
+  // A killed rank with much memory takes a while to die; a survivor sweeping at once (its
+  // bootstrap failed on the store that rank served) must not take it for alive and leave its
+  // segment behind (faults.store once failed so under ASan).
+  int pipe_fd[2];
+  REQUIRE(::pipe(pipe_fd) == 0);
+  const std::size_t bytes = std::size_t{256} << 20;
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::close(pipe_fd[0]);
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) ::_exit(1);
+    std::memset(p, 1, bytes);  // pages to free as it dies
+    (void)!::write(pipe_fd[1], "r", 1);
+    for (;;) ::pause();
+  }
+  ::close(pipe_fd[1]);
+  char c = 0;
+  REQUIRE(::read(pipe_fd[0], &c, 1) == 1);
+  ::close(pipe_fd[0]);
+  CHECK(td::shm_process_alive(child));
+  REQUIRE(::kill(child, SIGSTOP) == 0);
+  siginfo_t info{};
+  REQUIRE(::waitid(P_PID, static_cast<id_t>(child), &info, WSTOPPED) == 0);
+  CHECK(td::shm_process_alive(child));  // stopped is not dying
+  REQUIRE(::kill(child, SIGKILL) == 0);
+  CHECK_FALSE(td::shm_process_alive(child));  // at once, while its memory is still freed
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFSIGNALED(status));
+  CHECK_FALSE(td::shm_process_alive(child));
 }

@@ -108,21 +108,47 @@ struct shm_name_parts {
   return name;
 }
 
-/// Whether process `pid` of this PID namespace still runs: it exists and is not a zombie (a
-/// killed rank stays one until its launcher reaps it, and it will never come back).
+/// Reads up to `size - 1` bytes of /proc/<pid>/<file> into `buf`, NUL-terminated; the count
+/// read, or -1.
+inline ssize_t shm_read_proc(pid_t pid, const char* file, char* buf, std::size_t size) noexcept {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/%s", static_cast<int>(pid), file);
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  const ssize_t n = ::read(fd, buf, size - 1);
+  ::close(fd);
+  buf[n > 0 ? n : 0] = '\0';
+  return n;
+}
+
+/// Whether process `pid` of this PID namespace still runs: it exists, is not a zombie (a
+/// killed rank stays one until its launcher reaps it, and it will never come back) and is not
+/// dying — exiting already, or with SIGKILL pending. A killed process with much memory can
+/// take tens of milliseconds to die, and a survivor sweeping at once must not take it for
+/// alive and leave its segment behind.
 [[nodiscard]] inline bool shm_process_alive(pid_t pid) noexcept {
   if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return true;  // cannot tell: leave its segment alone
-  char buf[256];
-  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  if (n <= 0) return true;
-  buf[n] = '\0';
-  // "pid (comm) S ...": the state follows the last ')' (comm may itself hold ')').
+  char buf[4096];  // status: SigPnd sits some 650 bytes in, later with a long Groups line
+  if (shm_read_proc(pid, "stat", buf, 256) <= 0) return true;  // cannot tell: leave it alone
+  // "pid (comm) S ppid pgrp session tty_nr tpgid flags ...": the state follows the last ')'
+  // (comm may itself hold ')'); PF_EXITING (0x4) in flags once the process is exiting.
   const char* close = std::strrchr(buf, ')');
-  return close == nullptr || close[1] != ' ' || close[2] != 'Z';
+  if (close == nullptr || close[1] != ' ') return true;
+  if (close[2] == 'Z' || close[2] == 'X') return false;
+  unsigned long long flags = 0;
+  int skip = 0;
+  if (std::sscanf(close + 3, " %*d %*d %*d %*d %*d %llu%n", &flags, &skip) == 1 && skip > 0 &&
+      (flags & 0x4) != 0)
+    return false;
+  // A SIGKILL sent to the process is pending from the moment kill(2) returns.
+  if (shm_read_proc(pid, "status", buf, sizeof buf) <= 0) return true;
+  for (const char* field : {"\nSigPnd:", "\nShdPnd:"}) {
+    const char* at = std::strstr(buf, field);
+    if (at == nullptr) continue;
+    const unsigned long long pending = std::strtoull(at + std::strlen(field), nullptr, 16);
+    if ((pending >> (SIGKILL - 1)) & 1) return false;
+  }
+  return true;
 }
 
 /// Removes this user's segments in /dev/shm whose creator, a process of this PID namespace,
