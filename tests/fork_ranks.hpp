@@ -129,13 +129,14 @@ int expect_error(report* rep, int rank, Fn&& fn) {
 /// other rank must raise peer_lost naming it within 1 s. `make(rank)` builds a rank's
 /// communicator; `joined(comm, rank)` runs once it exists.
 template <class Make, class Joined>
-void check_killed_rank(int n, int at, shared_report& rep, Make&& make, Joined&& joined) {
+void check_killed_rank(int n, int at, shared_report& rep, Make&& make, Joined&& joined,
+                       std::size_t count = 4096) {
   const int victim = n - 1;
   const auto status = run_ranks(n, [&](int r) {
     auto comm = make(r);
     rep->pids[r] = getpid();
     joined(comm, r);
-    std::vector<float> v(4096, 1.0f);
+    std::vector<float> v(count, 1.0f);
     return expect_error(rep.operator->(), r, [&] {
       for (int i = 0;; ++i) {
         if (r == victim && i == at) {

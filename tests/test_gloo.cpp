@@ -13,6 +13,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -20,6 +23,7 @@
 
 #include <tutti/transport/gloo.hpp>
 
+#include "scoped_env.hpp"
 #include "suite.hpp"
 
 namespace {
@@ -104,33 +108,64 @@ TEST_CASE("large collective messages travel in parts that pair up on both ends")
     }
 
   // Blocks just under, at and over the part boundaries, split unevenly across ranks, through
-  // every policy that sends large blocks point to point; exact int32 sums.
-  for (int p : {2, 3}) {
-    CAPTURE(p);
-    const int rc = tutti::spawn(p, [] {
-      auto comm = tutti::communicator<tutti::gloo>::from_env();
-      suite::failures f;
-      const std::size_t k = gloo::part_min / sizeof(std::int32_t);
-      for (std::size_t n : {2 * k - 1, 4 * k + 1, 6 * k + 5, (std::size_t{9} << 18) + 7}) {
-        suite::all_reduce_case<std::int32_t, tutti::sum_t>(comm, f, n, false);
-        suite::all_reduce_case<std::int32_t, tutti::sum_t>(comm, f, n, true);
-        suite::reduce_scatter_case<std::int32_t, tutti::sum_t>(comm, f, n / 2 + 1, false);
-        suite::reduce_case<std::int32_t, tutti::sum_t>(comm, f, n, false);
-        suite::broadcast_case<std::int32_t>(comm, f, n);
-      }
-      auto ring = tutti::communicator<tutti::gloo, tutti::ring>::from_env();
-      auto halving = tutti::communicator<tutti::gloo, tutti::recursive_halving>::from_env();
-      auto tree = tutti::communicator<tutti::gloo, tutti::tree>::from_env();
-      for (std::size_t n : {3 * k + 1, (std::size_t{5} << 18) + 3}) {
-        suite::all_reduce_case<std::int32_t, tutti::sum_t>(ring, f, n, false);
-        suite::all_reduce_case<std::int32_t, tutti::sum_t>(halving, f, n, true);
-        suite::all_reduce_case<std::int32_t, tutti::sum_t>(tree, f, n, false);
-      }
-      if (f.count.load() == 0) return 0;
-      std::fprintf(stderr, "rank %d: %ld failures\n%s", comm.rank(), f.count.load(),
-                   f.text().c_str());
-      return 1;
-    });
-    CHECK(rc == 0);
+  // every policy that sends large blocks point to point; exact int32 sums. Once with single
+  // copies between the ranks (this host: each can read the other's memory; the sizes cross
+  // single_copy_min too), and with TUTTI_GLOO_CMA=0 on some ranks.
+  const bool yama_allows = [] {
+    std::FILE* f = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "re");
+    if (f == nullptr) return true;  // no Yama: same-user processes may read each other
+    int scope = 0;
+    const bool read = std::fscanf(f, "%d", &scope) == 1;
+    std::fclose(f);
+    return read && scope == 0;
+  }();
+  if (!yama_allows) MESSAGE("Yama's ptrace_scope forbids reading a sibling's memory: TCP only");
+  // Single copies on every rank; on none; on every rank but 0 (its pairs stay on TCP, the
+  // others' do not).
+  for (const char* mode : {"on", "off", "off on rank 0"}) {
+    for (int p : {2, 3}) {
+      CAPTURE(mode);
+      CAPTURE(p);
+      scoped_env env;
+      ::unsetenv("TUTTI_GLOO_CMA");  // a test's own setting: the modes set it
+      const std::string m = mode;
+      const int rc = tutti::spawn(p, [&m, yama_allows] {
+        const char* rank = std::getenv("RANK");
+        if (m == "off" ||
+            (m == "off on rank 0" && rank != nullptr && std::string_view(rank) == "0"))
+          ::setenv("TUTTI_GLOO_CMA", "0", 1);
+        auto comm = tutti::communicator<tutti::gloo>::from_env();
+        suite::failures f;
+        for (int q = 0; q < comm.size(); ++q) {
+          const bool expect =
+              yama_allows && m != "off" && !(m == "off on rank 0" && (comm.rank() == 0 || q == 0));
+          if (q != comm.rank() && comm.transport().single_copy(q) != expect) {
+            std::fprintf(stderr, "rank %d: single_copy(%d) is %d\n", comm.rank(), q, int(!expect));
+            return 1;
+          }
+        }
+        const std::size_t k = gloo::part_min / sizeof(std::int32_t);
+        for (std::size_t n : {2 * k - 1, 4 * k + 1, 6 * k + 5, (std::size_t{9} << 18) + 7}) {
+          suite::all_reduce_case<std::int32_t, tutti::sum_t>(comm, f, n, false);
+          suite::all_reduce_case<std::int32_t, tutti::sum_t>(comm, f, n, true);
+          suite::reduce_scatter_case<std::int32_t, tutti::sum_t>(comm, f, n / 2 + 1, false);
+          suite::reduce_case<std::int32_t, tutti::sum_t>(comm, f, n, false);
+          suite::broadcast_case<std::int32_t>(comm, f, n);
+        }
+        auto ring = tutti::communicator<tutti::gloo, tutti::ring>::from_env();
+        auto halving = tutti::communicator<tutti::gloo, tutti::recursive_halving>::from_env();
+        auto tree = tutti::communicator<tutti::gloo, tutti::tree>::from_env();
+        for (std::size_t n : {3 * k + 1, (std::size_t{5} << 18) + 3}) {
+          suite::all_reduce_case<std::int32_t, tutti::sum_t>(ring, f, n, false);
+          suite::all_reduce_case<std::int32_t, tutti::sum_t>(halving, f, n, true);
+          suite::all_reduce_case<std::int32_t, tutti::sum_t>(tree, f, n, false);
+        }
+        if (f.count.load() == 0) return 0;
+        std::fprintf(stderr, "rank %d: %ld failures\n%s", comm.rank(), f.count.load(),
+                     f.text().c_str());
+        return 1;
+      });
+      CHECK(rc == 0);
+    }
   }
 }

@@ -44,9 +44,11 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -74,6 +76,7 @@
 #include "tutti/core/options.hpp"
 #include "tutti/detail/board.hpp"
 #include "tutti/detail/call.hpp"
+#include "tutti/detail/cma.hpp"
 #include "tutti/detail/cost.hpp"
 #include "tutti/detail/gloo_support.hpp"
 #include "tutti/detail/wait.hpp"
@@ -504,6 +507,11 @@ struct gloo_state {
   std::deque<std::unique_ptr<::gloo::transport::UnboundBuffer>> retired;
   /// Receive staging for reducing receives, kept between calls (no allocation per message).
   std::vector<std::vector<std::byte>> staging_pool;
+  /// Single copies (detail/cma.hpp): each peer's pid where both can read the other's memory,
+  /// else 0; the word peers read back at the probe; acknowledgement slots handed out so far.
+  std::vector<pid_t> cma_pid;
+  std::uint64_t cma_word = 0;
+  std::uint64_t cma_acks = 0;
   gloo_waker waker;
 
   [[nodiscard]] std::vector<std::byte> take_staging(std::size_t bytes) {
@@ -566,6 +574,8 @@ class gloo {
         s_ = std::move(o.s_);
         peer_ = o.peer_;
         is_send_ = o.is_send_;
+        desc_ = std::move(o.desc_);
+        data_ = o.data_;
       }
       return *this;
     }
@@ -592,6 +602,11 @@ class gloo {
     std::shared_ptr<detail::gloo_state> s_;
     int peer_ = -1;
     bool is_send_ = false;
+    /// A single copy: its descriptor (the parts are then, for a send, the acknowledgement's
+    /// receive and the descriptor's send; for a receive, the descriptor's receive) and, for a
+    /// receive, where the bytes go (or are reduced into, through staging_, by reduce_into_).
+    std::unique_ptr<detail::cma_descriptor> desc_;
+    std::byte* data_ = nullptr;
   };
 
   /// How a collective message of `bytes` is cut: into up to `max_parts` parts of at least
@@ -612,12 +627,29 @@ class gloo {
     return elems * elem;
   }
 
+  /// Collective messages of at least this many bytes between ranks on one host travel as a
+  /// single copy (detail/cma.hpp) where the probe at bootstrap found it possible and
+  /// TUTTI_GLOO_CMA is not 0: the sender sends a descriptor, the receiver reads the bytes
+  /// straight out of the sender's memory (reducing them, in cache-sized chunks, as it reads)
+  /// and acknowledges. Through loopback TCP the bytes would be copied twice, into the kernel
+  /// and out; below this size the two extra small messages cost more than the copy saves.
+  static constexpr std::size_t single_copy_min = std::size_t{512} << 10;
+  /// The chunk a reducing single-copy receive reads and reduces at a time.
+  static constexpr std::size_t single_copy_chunk = std::size_t{256} << 10;
+
   explicit gloo(std::shared_ptr<detail::gloo_state> s) : s_(std::move(s)) {}
 
   [[nodiscard]] int rank() const noexcept { return s_->rank; }
   [[nodiscard]] int size() const noexcept { return s_->size; }
   /// The address this rank's TCP device listens on.
   [[nodiscard]] const std::string& address() const noexcept { return s_->address; }
+  /// Whether large collective messages to and from `peer` travel as single copies
+  /// (single_copy_min): it runs on this host, in this PID and network namespace, and each of
+  /// the two can read the other's memory.
+  [[nodiscard]] bool single_copy(int peer) const noexcept {
+    return peer >= 0 && static_cast<std::size_t>(peer) < s_->cma_pid.size() &&
+           s_->cma_pid[static_cast<std::size_t>(peer)] != 0;
+  }
   /// Gloo's context, for running Gloo's own algorithms on tutti's connections. Gloo's legacy
   /// algorithm classes (AllreduceRing and friends) set SO_SNDBUF on the connections they use
   /// (which turns off the kernel's autotuning for every later message): prefer the free
@@ -637,6 +669,12 @@ class gloo {
   /// Receives a collective message from `peer` and reduces it into `inout` (`inout = inout op
   /// message`) part by part as the parts arrive, at `wait`.
   [[nodiscard]] request irecv_reduce(int peer, std::span<std::byte> inout, const detail::call& c) {
+    if (cma_to(peer, inout.size(), detail::space::collective)) {
+      request r = post(peer, inout.data(), inout.size(), c, detail::space::collective, 0, false);
+      r.staging_ = s_->take_staging(std::min(inout.size(), single_copy_chunk));
+      r.reduce_into_ = inout.data();
+      return r;
+    }
     std::vector<std::byte> staging = s_->take_staging(inout.size());
     request r = post(peer, staging.data(), inout.size(), c, detail::space::collective, 0, false);
     r.staging_ = std::move(staging);
@@ -648,32 +686,25 @@ class gloo {
   /// and mismatched calls; a closed connection raises errc::peer_lost naming the peer.
   void wait(request& r, const detail::call& c, detail::clock::time_point deadline) {
     auto& st = *s_;
-    constexpr auto slice = std::chrono::milliseconds(100);
-    constexpr auto far = std::chrono::hours(24 * 365);
+    if (r.desc_ && r.pending()) {
+      if (r.is_send_) {
+        wait_buffer(r, *r.parts_[1], true, c, deadline);   // the descriptor went out
+        wait_buffer(r, *r.parts_[0], false, c, deadline);  // the receiver has read the bytes
+      } else {
+        wait_buffer(r, *r.parts_[0], false, c, deadline);
+        read_single_copy(r, c, deadline);
+      }
+      for (auto& b : r.parts_) retire(std::move(b));
+      r.done_ = r.parts_.size();
+    }
     while (r.pending()) {
-      auto* b = r.parts_[r.done_].get();
-      bool done = false;
-      try {
-        st.waker.arm(b, r.is_send_, std::min(deadline, detail::clock::now() + slice));
-        done = r.is_send_ ? b->waitSend(nullptr, far) : b->waitRecv(nullptr, far);
-        st.waker.disarm();
-      } catch (const std::exception& e) {
-        st.waker.disarm();
-        r.parts_.clear();  // their pair is closed: nothing more can arrive for them
-        r.done_ = 0;
-        lost(c, r.peer_, e.what());
-      }
-      if (!done) {
-        poll(c, deadline, r.peer_);
-        continue;
-      }
+      wait_buffer(r, *r.parts_[r.done_], r.is_send_, c, deadline);
       if (r.reduce_into_ != nullptr) {
         const std::size_t at = r.done_ * r.part_bytes_;
         const std::size_t n = std::min(r.part_bytes_, r.total_ - at);
         c.red(r.reduce_into_ + at, r.reduce_into_ + at, r.staging_.data() + at, n / c.elem_size);
       }
-      st.retired.push_back(std::move(r.parts_[r.done_]));
-      if (st.retired.size() > 64) st.retired.pop_front();
+      retire(std::move(r.parts_[r.done_]));
       ++r.done_;
     }
     r.parts_.clear();
@@ -947,6 +978,7 @@ class gloo {
                           store_silence(*s));
         }
       }
+      setup_single_copy(*s, deadline);
       // While Gloo runs one of its collectives: a peer whose connection closed aborts the world
       // (closing this rank's connections too), so the collective fails at once.
       // A rank that aborts records why before it closes its connections: a closed connection
@@ -988,6 +1020,188 @@ class gloo {
   }
 
  private:
+  /// Whether a message of `bytes` in space `sp` to or from `peer` travels as a single copy.
+  [[nodiscard]] bool cma_to(int peer, std::size_t bytes, detail::space sp) const noexcept {
+    return sp == detail::space::collective && bytes >= single_copy_min && single_copy(peer);
+  }
+
+  /// Waits in slices for one Gloo send or receive of `r` (see wait).
+  void wait_buffer(request& r, ::gloo::transport::UnboundBuffer& b, bool is_send,
+                   const detail::call& c, detail::clock::time_point deadline) {
+    auto& st = *s_;
+    constexpr auto slice = std::chrono::milliseconds(100);
+    constexpr auto far = std::chrono::hours(24 * 365);
+    for (;;) {
+      bool done = false;
+      try {
+        st.waker.arm(&b, is_send, std::min(deadline, detail::clock::now() + slice));
+        done = is_send ? b.waitSend(nullptr, far) : b.waitRecv(nullptr, far);
+        st.waker.disarm();
+      } catch (const std::exception& e) {
+        st.waker.disarm();
+        r.parts_.clear();  // their pair is closed: nothing more can arrive for them
+        r.done_ = 0;
+        lost(c, r.peer_, e.what());
+      }
+      if (done) return;
+      poll(c, deadline, r.peer_);
+    }
+  }
+
+  void retire(std::unique_ptr<::gloo::transport::UnboundBuffer>&& b) {
+    auto& st = *s_;
+    st.retired.push_back(std::move(b));
+    if (st.retired.size() > 64) st.retired.pop_front();
+  }
+
+  /// A single-copy receive whose descriptor has arrived: reads the bytes out of the sender
+  /// (reducing them chunk by chunk into reduce_into_, or straight into place), then
+  /// acknowledges, which frees the sender's buffer.
+  void read_single_copy(request& r, const detail::call& c, detail::clock::time_point deadline) {
+    auto& st = *s_;
+    const detail::cma_descriptor d = *r.desc_;
+    const pid_t pid = st.cma_pid[static_cast<std::size_t>(r.peer_)];
+    auto fail = [&](errc code, const std::string& what) {
+      r.parts_.clear();
+      r.done_ = 0;
+      const std::string text = "rank " + std::to_string(r.peer_) + " " + what;
+      abort_world(st, {code, rank(), r.peer_, text});
+      throw error(code, c.name_str(), c.seq, rank(), r.peer_, text);
+    };
+    if (d.bytes != r.total_)
+      fail(errc::mismatch, "sent " + std::to_string(d.bytes) + " bytes where this rank expected " +
+                               std::to_string(r.total_));
+    auto check = [&](int err) {
+      if (err == 0) return;
+      if (err == ESRCH) {
+        r.parts_.clear();
+        r.done_ = 0;
+        lost(c, r.peer_, "its process is gone (process_vm_readv: ESRCH)");
+      }
+      fail(errc::transport_failure, "could not be read from (process_vm_readv: " +
+                                        std::generic_category().message(err) + ")");
+    };
+    if (r.reduce_into_ != nullptr) {
+      const std::size_t chunk = std::min(r.staging_.size(), single_copy_chunk);
+      for (std::size_t at = 0; at < r.total_; at += chunk) {
+        const std::size_t n = std::min(chunk, r.total_ - at);
+        check(detail::cma_read(pid, r.staging_.data(), d.address + at, n));
+        c.red(r.reduce_into_ + at, r.reduce_into_ + at, r.staging_.data(), n / c.elem_size);
+      }
+    } else {
+      check(detail::cma_read(pid, r.data_, d.address, r.total_));
+    }
+    std::unique_ptr<::gloo::transport::UnboundBuffer> ack;
+    try {
+      const detail::sigpipe_guard no_sigpipe;
+      ack = st.ctx->createUnboundBuffer(&st.dummy, 0);
+      ack->send(r.peer_, d.ack_slot, 0, 0);
+    } catch (const std::exception& e) {
+      r.parts_.clear();
+      r.done_ = 0;
+      lost(c, r.peer_, e.what());
+    }
+    wait_buffer(r, *ack, true, c, deadline);
+    retire(std::move(ack));
+  }
+
+  /// Posts a single-copy message: a send posts the receive of its acknowledgement, then its
+  /// descriptor (in that order, so the receiver learns of the one before it gets the other);
+  /// a receive posts the descriptor's receive.
+  request post_single_copy(int peer, std::byte* p, std::size_t bytes, const detail::call& c,
+                           std::uint64_t tag, bool is_send) {
+    auto& st = *s_;
+    request r;
+    r.s_ = s_;
+    r.peer_ = peer;
+    r.is_send_ = is_send;
+    r.total_ = bytes;
+    r.part_bytes_ = bytes;
+    r.data_ = p;
+    r.desc_ = std::make_unique<detail::cma_descriptor>();
+    const std::uint64_t slot =
+        detail::gloo_cma_prefix |
+        (detail::gloo_slot(c, detail::space::collective, tag, bytes) & detail::gloo_slot_mask);
+    try {
+      const detail::sigpipe_guard no_sigpipe;
+      constexpr std::size_t n = sizeof(detail::cma_descriptor);
+      if (is_send) {
+        *r.desc_ = {reinterpret_cast<std::uintptr_t>(p), bytes,
+                    detail::gloo_cma_ack_prefix | (++st.cma_acks & detail::gloo_slot_mask)};
+        auto ack = st.ctx->createUnboundBuffer(&st.dummy, 0);
+        ack->recv(peer, r.desc_->ack_slot, 0, 0);
+        r.parts_.push_back(std::move(ack));
+        auto b = st.ctx->createUnboundBuffer(r.desc_.get(), n);
+        b->send(peer, slot, 0, n);
+        r.parts_.push_back(std::move(b));
+      } else {
+        auto b = st.ctx->createUnboundBuffer(r.desc_.get(), n);
+        b->recv(peer, slot, 0, n);
+        r.parts_.push_back(std::move(b));
+      }
+    } catch (const std::exception& e) {
+      r.parts_.clear();  // the posted ones can no longer complete: the pair failed
+      lost(c, peer, e.what());
+    }
+    return r;
+  }
+
+  /// The probe (detail/cma.hpp): every rank publishes its host identity, pid and a random
+  /// word's address; each reads the word of every peer on its host back, publishes which it
+  /// could read, and uses single copies with the peers that could read it too. TUTTI_GLOO_CMA=0
+  /// leaves this rank out (so every pair with it stays on TCP).
+  static void setup_single_copy(detail::gloo_state& st, detail::clock::time_point deadline) {
+    const auto n = static_cast<std::size_t>(st.size);
+    st.cma_pid.assign(n, 0);
+    if (st.size == 1) return;
+    const std::string env = detail::env_string("TUTTI_GLOO_CMA");
+    detail::cma_offer mine;
+    if (env != "0" && env != "off" && env != "no" && env != "false") {
+      mine.host = detail::cma_host_identity();
+      mine.pid = ::getpid();
+      std::random_device rd;
+      st.cma_word = ((std::uint64_t{rd()} << 32) ^ rd()) | 1;
+      mine.address = reinterpret_cast<std::uintptr_t>(&st.cma_word);
+      mine.value = st.cma_word;
+    }
+    const auto key = [&](const char* what, int q) { return st.prefix + what + std::to_string(q); };
+    st.store->set_string(key("cma/", st.rank), mine.encode());
+    std::string readable(n, '0');
+    std::vector<pid_t> pids(n, 0);
+    std::string refused;
+    for (int q = 0; q < st.size; ++q) {
+      if (q == st.rank) continue;
+      const auto theirs =
+          detail::cma_offer::decode(st.store->get_string(key("cma/", q), left(deadline)));
+      if (mine.host.empty() || !theirs || theirs->host != mine.host) continue;
+      std::uint64_t got = 0;
+      const int err = detail::cma_read(theirs->pid, &got, theirs->address, sizeof got);
+      if (err == 0 && got == theirs->value) {
+        readable[static_cast<std::size_t>(q)] = '1';
+        pids[static_cast<std::size_t>(q)] = theirs->pid;
+      } else {
+        refused += " " + std::to_string(q) + " (" +
+                   (err != 0 ? std::generic_category().message(err) : std::string("wrong word")) +
+                   ")";
+      }
+    }
+    st.store->set_string(key("cma_ok/", st.rank), readable);
+    std::string with;
+    for (int q = 0; q < st.size; ++q) {
+      const auto i = static_cast<std::size_t>(q);
+      if (readable[i] != '1') continue;
+      const std::string v = st.store->get_string(key("cma_ok/", q), left(deadline));
+      if (v.size() == n && v[static_cast<std::size_t>(st.rank)] == '1') {
+        st.cma_pid[i] = pids[i];
+        with += " " + std::to_string(q);
+      }
+    }
+    if (detail::debug_info())
+      std::fprintf(stderr, "tutti[gloo] rank %d/%d: single copies with ranks:%s%s%s\n", st.rank,
+                   st.size, with.empty() ? " none" : with.c_str(),
+                   refused.empty() ? "" : "; cannot read the memory of ranks", refused.c_str());
+  }
+
   request post(int peer, std::byte* p, std::size_t bytes, const detail::call& c, detail::space sp,
                std::uint64_t tag, bool is_send) {
     auto& st = *s_;
@@ -995,6 +1209,7 @@ class gloo {
       throw error(errc::invalid_argument, c.name_str(), c.seq, rank(), peer,
                   "peer must be another rank in [0, " + std::to_string(size()) + ")");
     if (st.aborted) raise_aborted(c, peer);
+    if (cma_to(peer, bytes, sp)) return post_single_copy(peer, p, bytes, c, tag, is_send);
     request r;
     r.s_ = s_;
     r.peer_ = peer;

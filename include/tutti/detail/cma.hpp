@@ -1,0 +1,113 @@
+#pragma once
+/// \file
+/// Cross-memory attach (Linux process_vm_readv(2)): one process reads another's memory in a
+/// single copy, with no shared segment. tutti::gloo uses it between ranks on one host, where a
+/// message through loopback TCP would be copied twice (into the kernel and out again).
+///
+/// Reading a process's memory needs the permission ptrace(2) would (PTRACE_MODE_ATTACH: the
+/// same user and, under Yama's ptrace_scope >= 1, more), so it is probed at bootstrap: each
+/// rank publishes the address of a random word, and a peer uses single copies only after it
+/// read that word back — and only when both directions work.
+
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace tutti::detail {
+
+/// What makes two processes able to read each other's memory by pid: one kernel boot, one PID
+/// namespace (a pid means the same process to both) and one network namespace (ranks in
+/// different network namespaces stand for different hosts, as tests/netns makes them). ""
+/// where any of it cannot be read.
+[[nodiscard]] inline std::string cma_host_identity() {
+  char boot[64] = {};
+  if (std::FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "re")) {
+    const bool ok = std::fgets(boot, sizeof boot, f) != nullptr;
+    std::fclose(f);
+    if (!ok) return {};
+  } else {
+    return {};
+  }
+  std::string id(boot, ::strcspn(boot, "\n"));
+  if (id.empty()) return {};
+  for (const char* ns : {"/proc/self/ns/pid", "/proc/self/ns/net"}) {
+    struct stat st {};
+    if (::stat(ns, &st) != 0) return {};
+    id += ':' + std::to_string(static_cast<unsigned long long>(st.st_ino));
+  }
+  return id;
+}
+
+/// Reads `n` bytes at `remote` in process `pid` into `local`; 0, or the errno of the failure
+/// (ESRCH: the process is gone; EFAULT: the range is not mapped there; EPERM: not allowed).
+[[nodiscard]] inline int cma_read(pid_t pid, void* local, std::uint64_t remote,
+                                  std::size_t n) noexcept {
+  auto* to = static_cast<std::byte*>(local);
+  while (n > 0) {
+    iovec l{to, n};
+    iovec r{reinterpret_cast<void*>(static_cast<std::uintptr_t>(remote)), n};
+    const ssize_t got = ::process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (got == 0) return EFAULT;
+    to += got;
+    remote += static_cast<std::uint64_t>(got);
+    n -= static_cast<std::size_t>(got);
+  }
+  return 0;
+}
+
+/// What a rank publishes for the probe: "<host identity> <pid> <address> <value>", or "off"
+/// when it does not take part (disabled, or its identity is unknown).
+struct cma_offer {
+  std::string host;
+  pid_t pid = 0;
+  std::uint64_t address = 0;
+  std::uint64_t value = 0;
+
+  [[nodiscard]] std::string encode() const {
+    if (host.empty()) return "off";
+    char tail[64];
+    std::snprintf(tail, sizeof tail, " %d %" PRIx64 " %" PRIx64, static_cast<int>(pid), address,
+                  value);
+    return host + tail;
+  }
+  [[nodiscard]] static std::optional<cma_offer> decode(std::string_view v) {
+    const auto sp = v.find(' ');
+    if (sp == 0 || sp == std::string_view::npos) return std::nullopt;
+    cma_offer o;
+    o.host = std::string(v.substr(0, sp));
+    const std::string rest(v.substr(sp + 1));
+    int pid = 0;
+    int used = 0;
+    if (std::sscanf(rest.c_str(), "%d %" SCNx64 " %" SCNx64 "%n", &pid, &o.address, &o.value,
+                    &used) != 3 ||
+        static_cast<std::size_t>(used) != rest.size() || pid <= 0)
+      return std::nullopt;
+    o.pid = pid;
+    return o;
+  }
+};
+
+/// A single-copy message's descriptor, sent in place of its bytes: where they are in the
+/// sender, how many, and the slot the receiver acknowledges on once it has read them.
+struct cma_descriptor {
+  std::uint64_t address = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t ack_slot = 0;
+};
+
+}  // namespace tutti::detail
