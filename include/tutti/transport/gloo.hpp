@@ -1105,6 +1105,17 @@ class gloo {
     retire(std::move(ack));
   }
 
+  /// Posts a Gloo send or receive of `n` bytes at `p` with `r`'s peer on `slot`, as the next
+  /// part of `r`.
+  void post_part(request& r, void* p, std::size_t n, std::uint64_t slot, bool is_send) {
+    auto b = s_->ctx->createUnboundBuffer(n == 0 ? &s_->dummy : p, n);
+    if (is_send)
+      b->send(r.peer_, slot, 0, n);
+    else
+      b->recv(r.peer_, slot, 0, n);
+    r.parts_.push_back(std::move(b));
+  }
+
   /// Posts a single-copy message: a send posts the receive of its acknowledgement, then its
   /// descriptor (in that order, so the receiver learns of the one before it gets the other);
   /// a receive posts the descriptor's receive.
@@ -1128,17 +1139,9 @@ class gloo {
       if (is_send) {
         *r.desc_ = {reinterpret_cast<std::uintptr_t>(p), bytes,
                     detail::gloo_cma_ack_prefix | (++st.cma_acks & detail::gloo_slot_mask)};
-        auto ack = st.ctx->createUnboundBuffer(&st.dummy, 0);
-        ack->recv(peer, r.desc_->ack_slot, 0, 0);
-        r.parts_.push_back(std::move(ack));
-        auto b = st.ctx->createUnboundBuffer(r.desc_.get(), n);
-        b->send(peer, slot, 0, n);
-        r.parts_.push_back(std::move(b));
-      } else {
-        auto b = st.ctx->createUnboundBuffer(r.desc_.get(), n);
-        b->recv(peer, slot, 0, n);
-        r.parts_.push_back(std::move(b));
+        post_part(r, nullptr, 0, r.desc_->ack_slot, false);
       }
+      post_part(r, r.desc_.get(), n, slot, is_send);
     } catch (const std::exception& e) {
       r.parts_.clear();  // the posted ones can no longer complete: the pair failed
       lost(c, peer, e.what());
@@ -1224,13 +1227,7 @@ class gloo {
       for (std::size_t i = 0; i < parts; ++i) {
         const std::size_t at = i * r.part_bytes_;
         const std::size_t n = std::min(r.part_bytes_, bytes - at);
-        const std::uint64_t slot = detail::gloo_slot(c, sp, tag, n);
-        auto b = st.ctx->createUnboundBuffer(n == 0 ? &st.dummy : p + at, n);
-        if (is_send)
-          b->send(peer, slot, 0, n);
-        else
-          b->recv(peer, slot, 0, n);
-        r.parts_.push_back(std::move(b));
+        post_part(r, p + at, n, detail::gloo_slot(c, sp, tag, n), is_send);
       }
     } catch (const std::exception& e) {
       r.parts_.clear();  // the posted ones can no longer complete: the pair failed
