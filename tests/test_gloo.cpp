@@ -9,6 +9,9 @@
 // element size (Gloo's own collectives are instantiated per size) — and every TCP message
 // costs tens of microseconds here, so the full matrix would take many minutes per policy.
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +24,7 @@
 
 #include <doctest/doctest.h>
 
+#include <tutti/detail/cma.hpp>
 #include <tutti/transport/gloo.hpp>
 
 #include "scoped_env.hpp"
@@ -107,21 +111,41 @@ TEST_CASE("large collective messages travel in parts that pair up on both ends")
       CHECK((parts == 1 || part >= gloo::part_min));
     }
 
-  // Blocks just under, at and over the part boundaries, split unevenly across ranks, through
-  // every policy that sends large blocks point to point; exact int32 sums. Once with single
-  // copies between the ranks (this host: each can read the other's memory; the sizes cross
-  // single_copy_min too), and with TUTTI_GLOO_CMA=0 on some ranks.
-  const bool yama_allows = [] {
-    std::FILE* f = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "re");
-    if (f == nullptr) return true;  // no Yama: same-user processes may read each other
-    int scope = 0;
-    const bool read = std::fscanf(f, "%d", &scope) == 1;
-    std::fclose(f);
-    return read && scope == 0;
+  // Whether two sibling processes (as tutti::spawn's ranks are) may read each other's memory
+  // here: Yama's ptrace_scope or a container's seccomp profile may forbid it.
+  const bool siblings_can_read = [] {
+    static std::uint64_t word = 0x5eed;
+    int fds[2];
+    if (::pipe(fds) != 0) return false;
+    const pid_t holder = ::fork();
+    if (holder == 0) {
+      ::close(fds[1]);
+      char c = 0;
+      (void)!::read(fds[0], &c, 1);  // until the parent closes the pipe
+      ::_exit(0);
+    }
+    ::close(fds[0]);
+    const pid_t reader = ::fork();
+    if (reader == 0) {
+      std::uint64_t got = 0;
+      ::_exit(tutti::detail::cma_read(holder, &got, reinterpret_cast<std::uintptr_t>(&word),
+                                      sizeof got) == 0 &&
+                      got == 0x5eed
+                  ? 0
+                  : 1);
+    }
+    int status = 0;
+    ::waitpid(reader, &status, 0);
+    ::close(fds[1]);
+    ::waitpid(holder, nullptr, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
   }();
-  if (!yama_allows) MESSAGE("Yama's ptrace_scope forbids reading a sibling's memory: TCP only");
-  // Single copies on every rank; on none; on every rank but 0 (its pairs stay on TCP, the
-  // others' do not).
+  if (!siblings_can_read)
+    MESSAGE("siblings may not read each other's memory here (Yama, seccomp): TCP only");
+  // Blocks just under, at and over the part boundaries, split unevenly across ranks, through
+  // every policy that sends large blocks point to point; exact int32 sums. The sizes cross
+  // single_copy_min too: with single copies on every rank; on none (TUTTI_GLOO_CMA=0); on every
+  // rank but 0 (its pairs stay on TCP, the others' do not).
   for (const char* mode : {"on", "off", "off on rank 0"}) {
     for (int p : {2, 3}) {
       CAPTURE(mode);
@@ -129,7 +153,7 @@ TEST_CASE("large collective messages travel in parts that pair up on both ends")
       scoped_env env;
       ::unsetenv("TUTTI_GLOO_CMA");  // a test's own setting: the modes set it
       const std::string m = mode;
-      const int rc = tutti::spawn(p, [&m, yama_allows] {
+      const int rc = tutti::spawn(p, [&m, siblings_can_read] {
         const char* rank = std::getenv("RANK");
         if (m == "off" ||
             (m == "off on rank 0" && rank != nullptr && std::string_view(rank) == "0"))
@@ -137,8 +161,8 @@ TEST_CASE("large collective messages travel in parts that pair up on both ends")
         auto comm = tutti::communicator<tutti::gloo>::from_env();
         suite::failures f;
         for (int q = 0; q < comm.size(); ++q) {
-          const bool expect =
-              yama_allows && m != "off" && !(m == "off on rank 0" && (comm.rank() == 0 || q == 0));
+          const bool expect = siblings_can_read && m != "off" &&
+                              !(m == "off on rank 0" && (comm.rank() == 0 || q == 0));
           if (q != comm.rank() && comm.transport().single_copy(q) != expect) {
             std::fprintf(stderr, "rank %d: single_copy(%d) is %d\n", comm.rank(), q, int(!expect));
             return 1;
