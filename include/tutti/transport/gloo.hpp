@@ -603,8 +603,9 @@ class gloo {
     int peer_ = -1;
     bool is_send_ = false;
     /// A single copy: its descriptor (the parts are then, for a send, the acknowledgement's
-    /// receive and the descriptor's send; for a receive, the descriptor's receive) and, for a
-    /// receive, where the bytes go (or are reduced into, through staging_, by reduce_into_).
+    /// receive and the descriptor's send; for a receive, the descriptor's receive and, once
+    /// the bytes are read, the acknowledgement's send) and, for a receive, where the bytes go
+    /// (or are reduced into, through staging_, by reduce_into_).
     std::unique_ptr<detail::cma_descriptor> desc_;
     std::byte* data_ = nullptr;
   };
@@ -669,13 +670,10 @@ class gloo {
   /// Receives a collective message from `peer` and reduces it into `inout` (`inout = inout op
   /// message`) part by part as the parts arrive, at `wait`.
   [[nodiscard]] request irecv_reduce(int peer, std::span<std::byte> inout, const detail::call& c) {
-    if (cma_to(peer, inout.size(), detail::space::collective)) {
-      request r = post(peer, inout.data(), inout.size(), c, detail::space::collective, 0, false);
-      r.staging_ = s_->take_staging(std::min(inout.size(), single_copy_chunk));
-      r.reduce_into_ = inout.data();
-      return r;
-    }
-    std::vector<std::byte> staging = s_->take_staging(inout.size());
+    // A single copy reads chunk by chunk into a chunk's staging; TCP parts land in a whole one.
+    const bool single = cma_to(peer, inout.size(), detail::space::collective);
+    std::vector<std::byte> staging =
+        s_->take_staging(single ? std::min(inout.size(), single_copy_chunk) : inout.size());
     request r = post(peer, staging.data(), inout.size(), c, detail::space::collective, 0, false);
     r.staging_ = std::move(staging);
     r.reduce_into_ = inout.data();
@@ -1039,13 +1037,18 @@ class gloo {
         st.waker.disarm();
       } catch (const std::exception& e) {
         st.waker.disarm();
-        r.parts_.clear();  // their pair is closed: nothing more can arrive for them
-        r.done_ = 0;
-        lost(c, r.peer_, e.what());
+        lost(r, c, e.what());
       }
       if (done) return;
       poll(c, deadline, r.peer_);
     }
+  }
+
+  /// `lost` for a request whose pair failed: its posted parts can no longer complete.
+  [[noreturn]] void lost(request& r, const detail::call& c, const std::string& gloo_what) {
+    r.parts_.clear();
+    r.done_ = 0;
+    lost(c, r.peer_, gloo_what);
   }
 
   void retire(std::unique_ptr<::gloo::transport::UnboundBuffer>&& b) {
@@ -1073,11 +1076,7 @@ class gloo {
                                std::to_string(r.total_));
     auto check = [&](int err) {
       if (err == 0) return;
-      if (err == ESRCH) {
-        r.parts_.clear();
-        r.done_ = 0;
-        lost(c, r.peer_, "its process is gone (process_vm_readv: ESRCH)");
-      }
+      if (err == ESRCH) lost(r, c, "its process is gone (process_vm_readv: ESRCH)");
       fail(errc::transport_failure, "could not be read from (process_vm_readv: " +
                                         std::generic_category().message(err) + ")");
     };
@@ -1091,18 +1090,13 @@ class gloo {
     } else {
       check(detail::cma_read(pid, r.data_, d.address, r.total_));
     }
-    std::unique_ptr<::gloo::transport::UnboundBuffer> ack;
     try {
       const detail::sigpipe_guard no_sigpipe;
-      ack = st.ctx->createUnboundBuffer(&st.dummy, 0);
-      ack->send(r.peer_, d.ack_slot, 0, 0);
+      post_part(r, nullptr, 0, d.ack_slot, true);
     } catch (const std::exception& e) {
-      r.parts_.clear();
-      r.done_ = 0;
-      lost(c, r.peer_, e.what());
+      lost(r, c, e.what());
     }
-    wait_buffer(r, *ack, true, c, deadline);
-    retire(std::move(ack));
+    wait_buffer(r, *r.parts_.back(), true, c, deadline);
   }
 
   /// Posts a Gloo send or receive of `n` bytes at `p` with `r`'s peer on `slot`, as the next
@@ -1143,8 +1137,7 @@ class gloo {
       }
       post_part(r, r.desc_.get(), n, slot, is_send);
     } catch (const std::exception& e) {
-      r.parts_.clear();  // the posted ones can no longer complete: the pair failed
-      lost(c, peer, e.what());
+      lost(r, c, e.what());
     }
     return r;
   }
@@ -1230,8 +1223,7 @@ class gloo {
         post_part(r, p + at, n, detail::gloo_slot(c, sp, tag, n), is_send);
       }
     } catch (const std::exception& e) {
-      r.parts_.clear();  // the posted ones can no longer complete: the pair failed
-      lost(c, peer, e.what());
+      lost(r, c, e.what());
     }
     return r;
   }
