@@ -45,7 +45,14 @@ std::array<int, 2> native_disagreement(Call&& call) {
     tutti::options opts;
     opts.timeout = std::chrono::milliseconds(500);
     auto comm = join<tutti::native>(dir, r, 2, opts);
-    return expect_error(rep.operator->(), r, [&] { call(comm, r); });
+    const int rc = expect_error(rep.operator->(), r, [&] { call(comm, r); });
+    // Keep the connections open until the other rank raised too: a rank leaving first closes
+    // them, and the other (its deadline a little later) would see peer_lost instead of its own
+    // timeout (a CI run under a sanitizer did).
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (rep->kind[1 - r] == 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return rc;
   });
   for (int r = 0; r < 2; ++r) {
     CAPTURE(r);
