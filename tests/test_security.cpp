@@ -35,6 +35,7 @@
 #include <tutti/bootstrap/url.hpp>
 #include <tutti/communicator.hpp>
 #include <tutti/core/options.hpp>
+#include <tutti/detail/cma.hpp>
 #include <tutti/detail/sha256.hpp>
 #include <tutti/detail/shm_segment.hpp>
 #include <tutti/detail/store_engine.hpp>
@@ -155,6 +156,44 @@ void still_serves(int port, const std::string& token) {
 }
 
 }  // namespace
+
+TEST_CASE("cma_offer: decode takes exactly what encode writes, nothing else") {
+  // The single-copy probe's store record (tutti::gloo): another process writes it.
+  using tutti::detail::cma_offer;
+  const cma_offer o{"boot-id:4026531836:4026531840", 4242, 0x7ffd1234abc8, 0x9e3779b97f4a7c15};
+  CHECK(o.encode() == "boot-id:4026531836:4026531840 4242 7ffd1234abc8 9e3779b97f4a7c15");
+  const auto back = cma_offer::decode(o.encode());
+  REQUIRE(back.has_value());
+  CHECK(back->host == o.host);
+  CHECK(back->pid == 4242);
+  CHECK(back->address == 0x7ffd1234abc8);
+  CHECK(back->value == 0x9e3779b97f4a7c15);
+  CHECK(cma_offer::decode("h 1 0 0").has_value());
+  CHECK(cma_offer{}.encode() == "off");
+  for (const char* bad : {"off",
+                          "",
+                          " 1 2 3",
+                          "h",
+                          "h ",
+                          "h 1 2",
+                          "h 1 2 3 ",
+                          "h 1 2 3 4",
+                          "h 0 2 3",
+                          "h -1 2 3",
+                          "h +1 2 3",
+                          "h 01 2 3",
+                          "h 1 02 3",
+                          "h 1 2A 3",
+                          "h 1 0x2 3",
+                          "h 1  2 3",
+                          "h 1 2 3\n",
+                          "h 2147483648 2 3",
+                          "h 1 10000000000000000 3",
+                          "h 1 2 g"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(cma_offer::decode(bad).has_value());
+  }
+}
 
 TEST_CASE("sha256: FIPS 180-4 test vectors") {
   CHECK(sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");

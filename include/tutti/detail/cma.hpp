@@ -14,7 +14,9 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cinttypes>
 #include <cstddef>
 #include <cstdint>
@@ -88,17 +90,30 @@ struct cma_offer {
                   value);
     return host + tail;
   }
+  /// The offer `v` encodes, exactly as encode() writes it (single spaces, pid in decimal > 0,
+  /// address and value in lower-case hexadecimal); nothing for "off" or anything else.
   [[nodiscard]] static std::optional<cma_offer> decode(std::string_view v) {
     const auto sp = v.find(' ');
     if (sp == 0 || sp == std::string_view::npos) return std::nullopt;
     cma_offer o;
     o.host = std::string(v.substr(0, sp));
-    const std::string rest(v.substr(sp + 1));
+    const char* at = v.data() + sp + 1;
+    const char* const end = v.data() + v.size();
+    // One field: digits in `base` up to a space (or the end, for the last), no sign, no
+    // leading zeros beyond a lone 0, no upper case: what encode() writes and nothing else.
+    const auto field = [&](auto& out, int base, bool last) {
+      const char* stop = std::find(at, end, ' ');
+      if ((stop == end) != last || stop == at || (*at == '0' && stop - at > 1)) return false;
+      for (const char* c = at; c != stop; ++c)
+        if (!((*c >= '0' && *c <= '9') || (base == 16 && *c >= 'a' && *c <= 'f'))) return false;
+      const auto [ptr, ec] = std::from_chars(at, stop, out, base);
+      if (ec != std::errc{} || ptr != stop) return false;
+      at = stop == end ? end : stop + 1;
+      return true;
+    };
     int pid = 0;
-    int used = 0;
-    if (std::sscanf(rest.c_str(), "%d %" SCNx64 " %" SCNx64 "%n", &pid, &o.address, &o.value,
-                    &used) != 3 ||
-        static_cast<std::size_t>(used) != rest.size() || pid <= 0)
+    if (!field(pid, 10, false) || pid <= 0 || !field(o.address, 16, false) ||
+        !field(o.value, 16, true))
       return std::nullopt;
     o.pid = pid;
     return o;
