@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -24,6 +25,7 @@
 #include <tutti/core/error.hpp>
 #include <tutti/core/ops.hpp>
 #include <tutti/core/options.hpp>
+#include <tutti/detail/cma.hpp>
 
 #include "harness_common.hpp"
 
@@ -34,6 +36,37 @@ using clock_type = std::chrono::steady_clock;
 inline long long now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now().time_since_epoch())
       .count();
+}
+
+/// Whether two sibling processes (as forked or spawned ranks are) may read and write each
+/// other's memory here, so that tutti::gloo's single copies are on between them: Yama's
+/// ptrace_scope or a container's seccomp profile may forbid it.
+inline bool siblings_can_read_memory() {
+  static std::uint64_t word = 0x5eed;
+  int fds[2];
+  if (::pipe(fds) != 0) return false;
+  const pid_t holder = ::fork();
+  if (holder == 0) {
+    ::close(fds[1]);
+    char c = 0;
+    (void)!::read(fds[0], &c, 1);  // until the parent closes the pipe
+    ::_exit(0);
+  }
+  ::close(fds[0]);
+  const pid_t reader = ::fork();
+  if (reader == 0) {
+    const auto at = reinterpret_cast<std::uintptr_t>(&word);
+    std::uint64_t got = 0;
+    ::_exit(tutti::detail::cma_read(holder, &got, at, sizeof got) == 0 && got == 0x5eed &&
+                    tutti::detail::cma_write_word(holder, got, at) == 0
+                ? 0
+                : 1);
+  }
+  int status = 0;
+  ::waitpid(reader, &status, 0);
+  ::close(fds[1]);
+  ::waitpid(holder, nullptr, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 /// What the ranks tell the test, in memory shared across fork.

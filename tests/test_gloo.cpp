@@ -24,9 +24,9 @@
 
 #include <doctest/doctest.h>
 
-#include <tutti/detail/cma.hpp>
 #include <tutti/transport/gloo.hpp>
 
+#include "fork_ranks.hpp"
 #include "scoped_env.hpp"
 #include "suite.hpp"
 
@@ -111,35 +111,7 @@ TEST_CASE("large collective messages travel in parts that pair up on both ends")
       CHECK((parts == 1 || part >= gloo::part_min));
     }
 
-  // Whether two sibling processes (as tutti::spawn's ranks are) may read each other's memory
-  // here: Yama's ptrace_scope or a container's seccomp profile may forbid it.
-  const bool siblings_can_read = [] {
-    static std::uint64_t word = 0x5eed;
-    int fds[2];
-    if (::pipe(fds) != 0) return false;
-    const pid_t holder = ::fork();
-    if (holder == 0) {
-      ::close(fds[1]);
-      char c = 0;
-      (void)!::read(fds[0], &c, 1);  // until the parent closes the pipe
-      ::_exit(0);
-    }
-    ::close(fds[0]);
-    const pid_t reader = ::fork();
-    if (reader == 0) {
-      std::uint64_t got = 0;
-      ::_exit(tutti::detail::cma_read(holder, &got, reinterpret_cast<std::uintptr_t>(&word),
-                                      sizeof got) == 0 &&
-                      got == 0x5eed
-                  ? 0
-                  : 1);
-    }
-    int status = 0;
-    ::waitpid(reader, &status, 0);
-    ::close(fds[1]);
-    ::waitpid(holder, nullptr, 0);
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  }();
+  const bool siblings_can_read = fork_ranks::siblings_can_read_memory();
   if (!siblings_can_read)
     MESSAGE("siblings may not read each other's memory here (Yama, seccomp): TCP only");
   // Blocks just under, at and over the part boundaries, split unevenly across ranks, through

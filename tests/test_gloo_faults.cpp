@@ -75,8 +75,9 @@ TEST_CASE("a rank killed during all_reduces: the others raise naming it within 1
 
 TEST_CASE("single copies: a rank killed during large all_reduces is named within 1 s") {
   // 2 and 1 MiB messages between ranks on this host are single copies (gloo::single_copy_min):
-  // a survivor waits for the dead rank's descriptor, or for its acknowledgement of a message it
-  // was to read; both waits end as its connection closes.
+  // a survivor waits for the dead rank's descriptor (the wait ends as its connection closes),
+  // or for the dead rank to acknowledge a message it was to read (the wait polls for a closed
+  // connection every 100 ms).
   for (int n : {2, 4}) {
     CAPTURE(n);
     shared_report rep;
@@ -90,6 +91,47 @@ TEST_CASE("single copies: a rank killed during large all_reduces is named within
         },
         std::size_t{1} << 20);
   }
+}
+
+TEST_CASE("single copies: a sender that gives up on a message its receiver reads makes it raise") {
+  // Rank 0 posts a 1 MiB single-copy send and destroys it unwaited (as an exception unwinding
+  // an algorithm does), which aborts its world; its buffer lives on. Rank 1 has the descriptor
+  // already and reads the bytes only afterwards: it must not take them as the message (the
+  // sender may have freed or reused its buffer by then), however intact they look.
+  if (!siblings_can_read_memory()) {
+    MESSAGE("processes may not read each other's memory here (Yama, seccomp): no single copies");
+    return;
+  }
+  shared_report rep;
+  temp_dir dir;
+  const auto status = run_ranks(2, [&](int r) {
+    auto comm = join<tutti::ring>(dir, r, 2);
+    auto& t = comm.transport();
+    if (!t.single_copy(1 - r)) return 1;
+    tutti::detail::call c;
+    c.fp.coll = tutti::detail::collective::broadcast;
+    c.seq = 1;
+    c.elem_size = 4;
+    std::vector<std::byte> buf(std::size_t{1} << 20, std::byte{static_cast<unsigned char>(r)});
+    const std::span<std::byte> bytes(buf);
+    if (r == 0) {
+      {
+        auto sent = t.isend(1, bytes, c, tutti::detail::space::collective, 0);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the descriptor arrives
+      }                                                               // abandoned
+      rep->kind[0] = static_cast<int>(tutti::errc::aborted);
+      std::this_thread::sleep_for(std::chrono::seconds(1));  // the buffer stays readable
+      return 0;
+    }
+    auto got = t.irecv(0, bytes, c, tutti::detail::space::collective, 0);
+    while (rep->kind[0] == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return expect_error(rep.operator->(), r, [&] {
+      t.wait(got, c, tutti::detail::clock::now() + std::chrono::seconds(5));
+    });
+  });
+  CHECK(exited_with(status[0], 0));
+  CHECK(exited_with(status[1], 0));
+  CHECK(rep->kind[1] == static_cast<int>(tutti::errc::aborted));
 }
 
 TEST_CASE("mismatched calls raise mismatch on every rank, not a hang or a crash") {

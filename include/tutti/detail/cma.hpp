@@ -1,13 +1,16 @@
 #pragma once
 /// \file
-/// Cross-memory attach (Linux process_vm_readv(2)): one process reads another's memory in a
-/// single copy, with no shared segment. tutti::gloo uses it between ranks on one host, where a
-/// message through loopback TCP would be copied twice (into the kernel and out again).
+/// Cross-memory attach (Linux process_vm_readv(2) and process_vm_writev(2)): one process reads
+/// another's memory in a single copy, with no shared segment. tutti::gloo uses it between ranks
+/// on one host, where a message through loopback TCP would be copied twice (into the kernel and
+/// out again): the receiver reads the message and then writes its acknowledgement into a word
+/// of the sender's.
 ///
-/// Reading a process's memory needs the permission ptrace(2) would (PTRACE_MODE_ATTACH: the
-/// same user and, under Yama's ptrace_scope >= 1, more), so it is probed at bootstrap: each
-/// rank publishes the address of a random word, and a peer uses single copies only after it
-/// read that word back — and only when both directions work.
+/// Reading or writing a process's memory needs the permission ptrace(2) would
+/// (PTRACE_MODE_ATTACH: the same user and, under Yama's ptrace_scope >= 1, more), so it is
+/// probed at bootstrap: each rank publishes the address of a random word, and a peer uses single
+/// copies only after it read that word back and wrote it again (unchanged) — and only when both
+/// directions work.
 
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -15,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cinttypes>
@@ -22,9 +26,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace tutti::detail {
 
@@ -51,28 +59,43 @@ namespace tutti::detail {
   return id;
 }
 
-/// Reads `n` bytes at `remote` in process `pid` into `local`; 0, or the errno of the failure
-/// (ESRCH: the process is gone; EFAULT: the range is not mapped there; EPERM: not allowed).
-[[nodiscard]] inline int cma_read(pid_t pid, void* local, std::uint64_t remote,
-                                  std::size_t n) noexcept {
-  auto* to = static_cast<std::byte*>(local);
+/// Moves `n` bytes between `local` and `remote` in process `pid`: reads them from there
+/// (process_vm_readv) or, with `write`, writes them there (process_vm_writev); 0, or the errno
+/// of the failure (ESRCH: the process is gone; EFAULT: the range is not mapped there; EPERM:
+/// not allowed).
+[[nodiscard]] inline int cma_transfer(pid_t pid, void* local, std::uint64_t remote, std::size_t n,
+                                      bool write) noexcept {
+  auto* at = static_cast<std::byte*>(local);
   while (n > 0) {
-    iovec l{to, n};
+    iovec l{at, n};
     // An address in the other process: the kernel reads it there, this one never dereferences it.
     iovec r{reinterpret_cast<void*>(  // NOLINT(performance-no-int-to-ptr)
                 static_cast<std::uintptr_t>(remote)),
             n};
-    const ssize_t got = ::process_vm_readv(pid, &l, 1, &r, 1, 0);
-    if (got < 0) {
+    const ssize_t done = write ? ::process_vm_writev(pid, &l, 1, &r, 1, 0)
+                               : ::process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (done < 0) {
       if (errno == EINTR) continue;
       return errno;
     }
-    if (got == 0) return EFAULT;
-    to += got;
-    remote += static_cast<std::uint64_t>(got);
-    n -= static_cast<std::size_t>(got);
+    if (done == 0) return EFAULT;
+    at += done;
+    remote += static_cast<std::uint64_t>(done);
+    n -= static_cast<std::size_t>(done);
   }
   return 0;
+}
+
+/// Reads `n` bytes at `remote` in process `pid` into `local` (cma_transfer).
+[[nodiscard]] inline int cma_read(pid_t pid, void* local, std::uint64_t remote,
+                                  std::size_t n) noexcept {
+  return cma_transfer(pid, local, remote, n, false);
+}
+
+/// Writes the word `value` at `remote` in process `pid` (cma_transfer).
+[[nodiscard]] inline int cma_write_word(pid_t pid, std::uint64_t value,
+                                        std::uint64_t remote) noexcept {
+  return cma_transfer(pid, &value, remote, sizeof value, true);
 }
 
 /// What a rank publishes for the probe: "<host identity> <pid> <address> <value>", or "off"
@@ -121,11 +144,58 @@ struct cma_offer {
 };
 
 /// A single-copy message's descriptor, sent in place of its bytes: where they are in the
-/// sender, how many, and the slot the receiver acknowledges on once it has read them.
+/// sender, how many, and where the receiver acknowledges once it has read them: it writes
+/// `ack_value` into the sender's word at `ack_address` (cma_ack_words).
 struct cma_descriptor {
   std::uint64_t address = 0;
   std::uint64_t bytes = 0;
-  std::uint64_t ack_slot = 0;
+  std::uint64_t ack_address = 0;
+  std::uint64_t ack_value = 0;
+};
+
+/// The words receivers write their acknowledgements into (process_vm_writev), shared by every
+/// world in this process. A word is never freed: a receiver may still write into the word of a
+/// message its sender gave up on (an abort), so such a word is never used again, and the word
+/// of an acknowledged message is reused only under a new value (values never repeat), so no
+/// late write can acknowledge a later message.
+class cma_ack_words {
+ public:
+  using word = std::atomic<std::uint64_t>;
+  static_assert(sizeof(word) == sizeof(std::uint64_t) && word::is_always_lock_free);
+  /// What a sender leaves in the word of a message it gave up on, before its buffer can go
+  /// away: a receiver reads the word after the bytes and, finding this, knows that what it read
+  /// may not have been the message.
+  static constexpr std::uint64_t abandoned = ~std::uint64_t{0};
+
+  [[nodiscard]] static cma_ack_words& instance() {
+    static cma_ack_words* const words = new cma_ack_words;  // never destroyed (see above)
+    return *words;
+  }
+
+  /// A word set to 0 and the value its receiver is to write into it.
+  [[nodiscard]] std::pair<word*, std::uint64_t> take() {
+    const std::lock_guard lock(mu_);
+    if (free_.empty()) {
+      chunks_.push_back(std::make_unique<word[]>(chunk));
+      for (std::size_t i = 0; i < chunk; ++i) free_.push_back(&chunks_.back()[i]);
+    }
+    word* w = free_.back();
+    free_.pop_back();
+    w->store(0, std::memory_order_relaxed);
+    return {w, ++last_value_};
+  }
+  /// Gives back the word of an acknowledged message (never that of one given up on).
+  void give(word* w) {
+    const std::lock_guard lock(mu_);
+    free_.push_back(w);
+  }
+
+ private:
+  static constexpr std::size_t chunk = 256;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<word[]>> chunks_;
+  std::vector<word*> free_;
+  std::uint64_t last_value_ = 0;
 };
 
 }  // namespace tutti::detail

@@ -507,11 +507,10 @@ struct gloo_state {
   std::deque<std::unique_ptr<::gloo::transport::UnboundBuffer>> retired;
   /// Receive staging for reducing receives, kept between calls (no allocation per message).
   std::vector<std::vector<std::byte>> staging_pool;
-  /// Single copies (detail/cma.hpp): each peer's pid where both can read the other's memory,
-  /// else 0; the word peers read back at the probe; acknowledgement slots handed out so far.
+  /// Single copies (detail/cma.hpp): each peer's pid where both can read and write the other's
+  /// memory, else 0; the word peers read back (and write again) at the probe.
   std::vector<pid_t> cma_pid;
   std::uint64_t cma_word = 0;
-  std::uint64_t cma_acks = 0;
   gloo_waker waker;
 
   [[nodiscard]] std::vector<std::byte> take_staging(std::size_t bytes) {
@@ -561,7 +560,7 @@ class gloo {
   class request {
    public:
     request() = default;
-    request(request&&) noexcept = default;
+    request(request&& o) noexcept { *this = std::move(o); }
     request& operator=(request&& o) noexcept {
       if (this != &o) {
         release();
@@ -575,6 +574,7 @@ class gloo {
         peer_ = o.peer_;
         is_send_ = o.is_send_;
         desc_ = std::move(o.desc_);
+        ack_ = std::exchange(o.ack_, nullptr);
         data_ = o.data_;
       }
       return *this;
@@ -587,6 +587,9 @@ class gloo {
     friend class gloo;
     [[nodiscard]] bool pending() const noexcept { return done_ < parts_.size(); }
     void release() noexcept {
+      if (ack_ != nullptr)  // a single copy given up on: its receiver must not trust its read
+        std::exchange(ack_, nullptr)
+            ->store(detail::cma_ack_words::abandoned, std::memory_order_release);
       if (pending() && s_)
         abort_world(*s_, {errc::aborted, s_->rank, s_->rank, "a message was abandoned half done"});
       parts_.clear();
@@ -602,11 +605,12 @@ class gloo {
     std::shared_ptr<detail::gloo_state> s_;
     int peer_ = -1;
     bool is_send_ = false;
-    /// A single copy: its descriptor (the parts are then, for a send, the acknowledgement's
-    /// receive and the descriptor's send; for a receive, the descriptor's receive and, once
-    /// the bytes are read, the acknowledgement's send) and, for a receive, where the bytes go
-    /// (or are reduced into, through staging_, by reduce_into_).
+    /// A single copy: its descriptor (its one part is the descriptor's send or receive); for a
+    /// send, the word the receiver acknowledges in (detail::cma_ack_words; given back once
+    /// acknowledged, never if the message is abandoned); for a receive, where the bytes go (or
+    /// are reduced into, through staging_, by reduce_into_).
     std::unique_ptr<detail::cma_descriptor> desc_;
+    detail::cma_ack_words::word* ack_ = nullptr;
     std::byte* data_ = nullptr;
   };
 
@@ -686,11 +690,12 @@ class gloo {
     auto& st = *s_;
     if (r.desc_ && r.pending()) {
       if (r.is_send_) {
-        wait_buffer(r, *r.parts_[1], true, c, deadline);   // the descriptor went out
-        wait_buffer(r, *r.parts_[0], false, c, deadline);  // the receiver has read the bytes
+        wait_acknowledged(r, c, deadline);                // the receiver has read the bytes
+        wait_buffer(r, *r.parts_[0], true, c, deadline);  // (so the descriptor went out)
+        detail::cma_ack_words::instance().give(std::exchange(r.ack_, nullptr));
       } else {
         wait_buffer(r, *r.parts_[0], false, c, deadline);
-        read_single_copy(r, c, deadline);
+        read_single_copy(r, c);
       }
       for (auto& b : r.parts_) retire(std::move(b));
       r.done_ = r.parts_.size();
@@ -1058,9 +1063,10 @@ class gloo {
   }
 
   /// A single-copy receive whose descriptor has arrived: reads the bytes out of the sender
-  /// (reducing them chunk by chunk into reduce_into_, or straight into place), then
-  /// acknowledges, which frees the sender's buffer.
-  void read_single_copy(request& r, const detail::call& c, detail::clock::time_point deadline) {
+  /// (reducing them chunk by chunk into reduce_into_, or straight into place), makes sure the
+  /// sender still holds the message, then acknowledges (writes the sender's word), which frees
+  /// the sender's buffer.
+  void read_single_copy(request& r, const detail::call& c) {
     auto& st = *s_;
     const detail::cma_descriptor d = *r.desc_;
     const pid_t pid = st.cma_pid[static_cast<std::size_t>(r.peer_)];
@@ -1090,13 +1096,48 @@ class gloo {
     } else {
       check(detail::cma_read(pid, r.data_, d.address, r.total_));
     }
-    try {
-      const detail::sigpipe_guard no_sigpipe;
-      post_part(r, nullptr, 0, d.ack_slot, true);
-    } catch (const std::exception& e) {
-      lost(r, c, e.what());
+    // The sender marks a message it gave up on before its buffer can be freed or reused: if
+    // it has not, the bytes read were the message's.
+    std::uint64_t state = 0;
+    check(detail::cma_read(pid, &state, d.ack_address, sizeof state));
+    if (state == detail::cma_ack_words::abandoned) {
+      r.parts_.clear();
+      r.done_ = 0;
+      if (auto rec = read_abort(); rec && rec->writer != rank()) raise_recorded(c, *rec);
+      fail(errc::aborted, "gave up on its message while this rank read it");
     }
-    wait_buffer(r, *r.parts_.back(), true, c, deadline);
+    check(detail::cma_write_word(pid, d.ack_value, d.ack_address));
+  }
+
+  /// Waits until the receiver of single-copy send `r` acknowledged it (read_single_copy writes
+  /// the word). Spins, then yields for a while (the receiver is usually reading by now), then
+  /// sleeps in short naps; polls for aborts, closed connections, mismatches and the deadline
+  /// every 100 ms, as wait_buffer does.
+  void wait_acknowledged(request& r, const detail::call& c, detail::clock::time_point deadline) {
+    using namespace std::chrono_literals;
+    const std::uint64_t want = r.desc_->ack_value;
+    const auto acked = [&] { return r.ack_->load(std::memory_order_acquire) == want; };
+    for (int i = 0; i < 1024; ++i) {
+      if (acked()) return;
+      detail::cpu_relax();
+    }
+    const auto start = detail::clock::now();
+    auto next_poll = std::min(start + 100ms, deadline);
+    std::chrono::microseconds nap = 20us;
+    while (!acked()) {
+      const auto now = detail::clock::now();
+      if (now - start < 500us) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(nap);
+        nap = std::min<std::chrono::microseconds>(nap * 2, 200us);
+      }
+      if (s_->aborted) raise_aborted(c, r.peer_);
+      if (now >= next_poll) {
+        poll(c, deadline, r.peer_);
+        next_poll = std::min(detail::clock::now() + 100ms, deadline);
+      }
+    }
   }
 
   /// Posts a Gloo send or receive of `n` bytes at `p` with `r`'s peer on `slot`, as the next
@@ -1110,12 +1151,10 @@ class gloo {
     r.parts_.push_back(std::move(b));
   }
 
-  /// Posts a single-copy message: a send posts the receive of its acknowledgement, then its
-  /// descriptor (in that order, so the receiver learns of the one before it gets the other);
-  /// a receive posts the descriptor's receive.
+  /// Posts a single-copy message: its descriptor's send (with a fresh acknowledgement word) or
+  /// receive.
   request post_single_copy(int peer, std::byte* p, std::size_t bytes, const detail::call& c,
                            std::uint64_t tag, bool is_send) {
-    auto& st = *s_;
     request r;
     r.s_ = s_;
     r.peer_ = peer;
@@ -1131,9 +1170,10 @@ class gloo {
       const detail::sigpipe_guard no_sigpipe;
       constexpr std::size_t n = sizeof(detail::cma_descriptor);
       if (is_send) {
+        const auto [word, value] = detail::cma_ack_words::instance().take();
+        r.ack_ = word;
         *r.desc_ = {reinterpret_cast<std::uintptr_t>(p), bytes,
-                    detail::gloo_cma_ack_prefix | (++st.cma_acks & detail::gloo_slot_mask)};
-        post_part(r, nullptr, 0, r.desc_->ack_slot, false);
+                    reinterpret_cast<std::uintptr_t>(word), value};
       }
       post_part(r, r.desc_.get(), n, slot, is_send);
     } catch (const std::exception& e) {
@@ -1171,7 +1211,10 @@ class gloo {
           detail::cma_offer::decode(st.store->get_string(key("cma/", q), left(deadline)));
       if (mine.host.empty() || !theirs || theirs->host != mine.host) continue;
       std::uint64_t got = 0;
-      const int err = detail::cma_read(theirs->pid, &got, theirs->address, sizeof got);
+      int err = detail::cma_read(theirs->pid, &got, theirs->address, sizeof got);
+      // Acknowledgements are writes: write the word back as it was (others may be reading it).
+      if (err == 0 && got == theirs->value)
+        err = detail::cma_write_word(theirs->pid, got, theirs->address);
       if (err == 0 && got == theirs->value) {
         readable[static_cast<std::size_t>(q)] = '1';
         pids[static_cast<std::size_t>(q)] = theirs->pid;
