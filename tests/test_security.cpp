@@ -36,10 +36,12 @@
 #include <tutti/communicator.hpp>
 #include <tutti/core/options.hpp>
 #include <tutti/detail/cma.hpp>
+#include <tutti/detail/gloo_support.hpp>
 #include <tutti/detail/sha256.hpp>
 #include <tutti/detail/shm_segment.hpp>
 #include <tutti/detail/store_engine.hpp>
 #include <tutti/detail/store_wire.hpp>
+#include <tutti/detail/text_fields.hpp>
 #include <tutti/transport/shm.hpp>
 
 #include "caught.hpp"
@@ -193,6 +195,63 @@ TEST_CASE("cma_offer: decode takes exactly what encode writes, nothing else") {
     CAPTURE(bad);
     CHECK_FALSE(cma_offer::decode(bad).has_value());
   }
+}
+
+TEST_CASE("store records: integers and fields exactly as written, nothing else") {
+  using tutti::detail::parse_integer;
+  CHECK(parse_integer<int>("0") == 0);
+  CHECK(parse_integer<int>("-1") == -1);
+  CHECK(parse_integer<int>("2147483647") == 2147483647);
+  CHECK(parse_integer<std::uint64_t>("ffffffffffffffff", 16) == ~std::uint64_t{0});
+  for (const char* bad : {"", "-0", "01", "+1", "1a", " 1", "1 ", "2147483648", "-", "0x1"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(parse_integer<int>(bad).has_value());
+  }
+  CHECK_FALSE(parse_integer<std::uint64_t>("-1").has_value());
+  CHECK_FALSE(parse_integer<std::uint64_t>("FF", 16).has_value());
+  CHECK_FALSE(parse_integer<std::uint64_t>("18446744073709551616").has_value());
+}
+
+TEST_CASE("gloo store records: abort and call records parse exactly what ranks write") {
+  // Ranks read each other's records from the store: why a rank aborted the world, and its
+  // last call (compared for mismatches, printed in timeout errors).
+  using tutti::detail::gloo_abort_record;
+  const gloo_abort_record rec{tutti::errc::peer_lost, 0, 3, "rank 3 closed its connection"};
+  CHECK(rec.encode() == "3 0 3 rank 3 closed its connection");
+  const auto back = gloo_abort_record::decode(rec.encode());
+  REQUIRE(back.has_value());
+  CHECK(back->code == tutti::errc::peer_lost);
+  CHECK(back->writer == 0);
+  CHECK(back->subject == 3);
+  CHECK(back->what == rec.what);
+  const auto empty = gloo_abort_record::decode("2 1 -1 ");
+  REQUIRE(empty.has_value());
+  CHECK(empty->subject == -1);
+  CHECK(empty->what.empty());
+  for (const char* bad : {"", "3 0 3", "0 0 3 x", "7 0 3 x", "3 -2 3 x", "3 0  3 x", "03 0 3 x",
+                          "3 0 99999999999 x", "x 0 3 y"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(gloo_abort_record::decode(bad).has_value());
+  }
+
+  tutti::detail::call c;
+  c.seq = 17;
+  c.fp = {tutti::detail::collective::all_reduce, tutti::dtype::float32, tutti::op_kind::sum, -1,
+          1000};
+  const auto parsed = tutti::detail::gloo_parse_call(tutti::detail::gloo_call_record(c));
+  REQUIRE(parsed.has_value());
+  CHECK(parsed->first == 17);
+  CHECK(parsed->second == c.fp);
+  CHECK(parsed->second.describe() == "all_reduce(float, count 1000, sum)");
+  for (const char* bad : {"", "1 2", "1 2 3 ", "-1 2 3", "1 2 3 4", "1 2 18446744073709551616"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(tutti::detail::gloo_parse_call(bad).has_value());
+  }
+  // Any head parses (another process wrote it) and describes itself without reading past the
+  // table of names.
+  const auto odd = tutti::detail::gloo_parse_call("1 18446744073709551615 5");
+  REQUIRE(odd.has_value());
+  CHECK(odd->second.describe() == "?(?, count 5, ?)");
 }
 
 TEST_CASE("sha256: FIPS 180-4 test vectors") {

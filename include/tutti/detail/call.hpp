@@ -37,7 +37,9 @@ enum class collective : std::uint8_t {
                                         "all_gather",  "gather",      "scatter", "reduce_scatter",
                                         "all_to_all",  "all_gatherv", "gatherv", "scatterv",
                                         "all_to_allv", "barrier",     "send",    "recv"};
-  return names[static_cast<int>(c)];
+  // A fingerprint another process wrote (a board, a store record) may hold any value.
+  const auto i = static_cast<std::size_t>(c);
+  return i < std::size(names) ? names[i] : "?";
 }
 
 /// Collective traffic and user send/recv are matched separately, like MPI's contexts.

@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <charconv>
 #include <cinttypes>
 #include <cstddef>
 #include <cstdint>
@@ -33,6 +32,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "tutti/detail/text_fields.hpp"
 
 namespace tutti::detail {
 
@@ -113,33 +114,17 @@ struct cma_offer {
                   value);
     return host + tail;
   }
-  /// The offer `v` encodes, exactly as encode() writes it (single spaces, pid in decimal > 0,
-  /// address and value in lower-case hexadecimal); nothing for "off" or anything else.
+  /// The offer `v` encodes, exactly as encode() writes it (detail/text_fields.hpp: single
+  /// spaces, pid in decimal > 0, address and value in lower-case hexadecimal); nothing for
+  /// "off" or anything else.
   [[nodiscard]] static std::optional<cma_offer> decode(std::string_view v) {
-    const auto sp = v.find(' ');
-    if (sp == 0 || sp == std::string_view::npos) return std::nullopt;
-    cma_offer o;
-    o.host = std::string(v.substr(0, sp));
-    const char* at = v.data() + sp + 1;
-    const char* const end = v.data() + v.size();
-    // One field: digits in `base` up to a space (or the end, for the last), no sign, no
-    // leading zeros beyond a lone 0, no upper case: what encode() writes and nothing else.
-    const auto field = [&](auto& out, int base, bool last) {
-      const char* stop = std::find(at, end, ' ');
-      if ((stop == end) != last || stop == at || (*at == '0' && stop - at > 1)) return false;
-      for (const char* c = at; c != stop; ++c)
-        if (!((*c >= '0' && *c <= '9') || (base == 16 && *c >= 'a' && *c <= 'f'))) return false;
-      const auto [ptr, ec] = std::from_chars(at, stop, out, base);
-      if (ec != std::errc{} || ptr != stop) return false;
-      at = stop == end ? end : stop + 1;
-      return true;
-    };
-    int pid = 0;
-    if (!field(pid, 10, false) || pid <= 0 || !field(o.address, 16, false) ||
-        !field(o.value, 16, true))
-      return std::nullopt;
-    o.pid = pid;
-    return o;
+    std::string_view rest = v;
+    const auto host = next_field(rest, false);
+    const auto pid = next_integer<int>(rest, false);
+    const auto address = next_integer<std::uint64_t>(rest, false, 16);
+    const auto value = next_integer<std::uint64_t>(rest, true, 16);
+    if (!host || host->empty() || !pid || *pid <= 0 || !address || !value) return std::nullopt;
+    return cma_offer{std::string(*host), *pid, *address, *value};
   }
 };
 

@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -22,6 +21,7 @@
 #include "tutti/core/error.hpp"
 #include "tutti/core/options.hpp"
 #include "tutti/detail/call.hpp"
+#include "tutti/detail/text_fields.hpp"
 #include "tutti/detail/unique_fd.hpp"
 
 namespace tutti::detail {
@@ -87,19 +87,18 @@ struct gloo_abort_record {
     return std::to_string(static_cast<int>(code)) + " " + std::to_string(writer) + " " +
            std::to_string(subject) + " " + what;
   }
+  /// The record `s` encodes, exactly as encode() writes it (detail/text_fields.hpp); nothing
+  /// for anything else.
   [[nodiscard]] static std::optional<gloo_abort_record> decode(std::string_view s) {
-    gloo_abort_record r;
-    int code = 0;
-    int consumed = 0;
-    const std::string head(s.substr(0, 64));
-    if (std::sscanf(head.c_str(), "%d %d %d %n", &code, &r.writer, &r.subject, &consumed) != 3 ||
-        consumed <= 0)
+    std::string_view rest = s;
+    const auto code = next_integer<int>(rest, false);
+    const auto writer = next_integer<int>(rest, false);
+    const auto subject = next_integer<int>(rest, false);
+    if (!code || *code < static_cast<int>(errc::timeout) ||
+        *code > static_cast<int>(errc::transport_failure) || !writer || *writer < -1 || !subject ||
+        *subject < -1)
       return std::nullopt;
-    if (code < static_cast<int>(errc::timeout) || code > static_cast<int>(errc::transport_failure))
-      return std::nullopt;
-    r.code = static_cast<errc>(code);
-    r.what = std::string(s.substr(static_cast<std::size_t>(consumed)));
-    return r;
+    return gloo_abort_record{static_cast<errc>(*code), *writer, *subject, std::string(rest)};
   }
 };
 
@@ -108,11 +107,15 @@ struct gloo_abort_record {
   return std::to_string(c.seq) + " " + std::to_string(c.fp.packed_head()) + " " +
          std::to_string(c.fp.count);
 }
+/// The call `s` records, exactly as gloo_call_record writes it; nothing for anything else.
 [[nodiscard]] inline std::optional<std::pair<std::uint64_t, fingerprint>> gloo_parse_call(
-    const std::string& s) {
-  unsigned long long seq = 0, head = 0, count = 0;
-  if (std::sscanf(s.c_str(), "%llu %llu %llu", &seq, &head, &count) != 3) return std::nullopt;
-  return std::pair{static_cast<std::uint64_t>(seq), fingerprint::unpack(head, count)};
+    std::string_view s) {
+  std::string_view rest = s;
+  const auto seq = next_integer<std::uint64_t>(rest, false);
+  const auto head = next_integer<std::uint64_t>(rest, false);
+  const auto count = next_integer<std::uint64_t>(rest, true);
+  if (!seq || !head || !count) return std::nullopt;
+  return std::pair{*seq, fingerprint::unpack(*head, *count)};
 }
 
 /// The local IPv4/IPv6 address the kernel would use to reach `host` (a UDP connect sends

@@ -1080,11 +1080,13 @@ class gloo {
     if (d.bytes != r.total_)
       fail(errc::mismatch, "sent " + std::to_string(d.bytes) + " bytes where this rank expected " +
                                std::to_string(r.total_));
-    auto check = [&](int err) {
+    auto check = [&](int err, bool write = false) {
       if (err == 0) return;
-      if (err == ESRCH) lost(r, c, "its process is gone (process_vm_readv: ESRCH)");
-      fail(errc::transport_failure, "could not be read from (process_vm_readv: " +
-                                        std::generic_category().message(err) + ")");
+      const std::string call = write ? "process_vm_writev" : "process_vm_readv";
+      if (err == ESRCH) lost(r, c, "its process is gone (" + call + ": ESRCH)");
+      fail(errc::transport_failure, std::string("could not be ") + (write ? "written" : "read") +
+                                        " (" + call + ": " + std::generic_category().message(err) +
+                                        ")");
     };
     if (r.reduce_into_ != nullptr) {
       const std::size_t chunk = std::min(r.staging_.size(), single_copy_chunk);
@@ -1106,7 +1108,7 @@ class gloo {
       if (auto rec = read_abort(); rec && rec->writer != rank()) raise_recorded(c, *rec);
       fail(errc::aborted, "gave up on its message while this rank read it");
     }
-    check(detail::cma_write_word(pid, d.ack_value, d.ack_address));
+    check(detail::cma_write_word(pid, d.ack_value, d.ack_address), true);
   }
 
   /// Waits until the receiver of single-copy send `r` acknowledged it (read_single_copy writes
