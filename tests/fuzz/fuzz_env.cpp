@@ -15,13 +15,9 @@
 #include <tutti/bootstrap/env.hpp>
 #include <tutti/core/error.hpp>
 
-namespace {
+#include "fuzz_check.hpp"
 
-void check(bool ok) {
-  if (!ok) std::abort();
-}
-
-}  // namespace
+using fuzz::check;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   for (const char* var : tutti::detail::launcher_variables) ::unsetenv(var);

@@ -13,13 +13,9 @@
 
 #include <tutti/detail/gloo_support.hpp>
 
-namespace {
+#include "fuzz_check.hpp"
 
-void check(bool ok) {
-  if (!ok) std::abort();
-}
-
-}  // namespace
+using fuzz::check;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace tutti::detail;  // NOLINT(google-build-using-namespace): one target

@@ -14,13 +14,13 @@
 
 #include <tutti/detail/shm_layout.hpp>
 
+#include "fuzz_check.hpp"
+
 namespace td = tutti::detail;
 
-namespace {
+using fuzz::check;
 
-void check(bool ok) {
-  if (!ok) std::abort();
-}
+namespace {
 
 struct reader {
   const std::uint8_t* p;

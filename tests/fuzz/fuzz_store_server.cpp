@@ -20,13 +20,13 @@
 #include <tutti/detail/store_engine.hpp>
 #include <tutti/detail/store_wire.hpp>
 
+#include "fuzz_check.hpp"
+
 namespace td = tutti::detail;
 
-namespace {
+using fuzz::check;
 
-void check(bool ok) {
-  if (!ok) std::abort();
-}
+namespace {
 
 /// Every reply is a whole frame of legal length.
 void check_replies(const std::vector<std::byte>& out) {

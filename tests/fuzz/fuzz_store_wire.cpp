@@ -15,15 +15,11 @@
 #include <tutti/bootstrap/store.hpp>
 #include <tutti/detail/store_wire.hpp>
 
+#include "fuzz_check.hpp"
+
 namespace td = tutti::detail;
 
-namespace {
-
-void check(bool ok) {
-  if (!ok) std::abort();
-}
-
-}  // namespace
+using fuzz::check;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;

@@ -11,13 +11,9 @@
 #include <tutti/bootstrap/url.hpp>
 #include <tutti/core/error.hpp>
 
-namespace {
+#include "fuzz_check.hpp"
 
-void check(bool ok) {
-  if (!ok) std::abort();
-}
-
-}  // namespace
+using fuzz::check;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
