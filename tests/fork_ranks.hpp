@@ -145,6 +145,19 @@ inline bool exited_with(int status, int code) {
   return WIFEXITED(status) && WEXITSTATUS(status) == code;
 }
 
+/// Waits until `rank` has reported what it caught (its `kind` is set), at most `limit`
+/// (a rank that never reports fails the test some other way; this never hangs it). False if the
+/// limit passed first.
+inline bool await_report(const report* rep, int rank,
+                         std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  const auto until = clock_type::now() + limit;
+  while (rep->kind[rank] == 0) {
+    if (clock_type::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
 template <class Fn>
 int expect_error(report* rep, int rank, Fn&& fn) {
   try {
@@ -203,8 +216,7 @@ void check_silent_rank(Make&& make) {
     opts.timeout = std::chrono::milliseconds(300);
     auto comm = make(r, opts);
     if (r == 1) {  // stays alive but never calls, until rank 0 is done
-      while (rep->kind[0] == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      return 0;
+      return await_report(rep.operator->(), 0) ? 0 : 1;
     }
     std::vector<int> v(5, 1);
     const auto t0 = clock_type::now();

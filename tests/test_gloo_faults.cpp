@@ -49,9 +49,7 @@ std::array<int, 2> native_disagreement(Call&& call) {
     // Keep the connections open until the other rank raised too: a rank leaving first closes
     // them, and the other (its deadline a little later) would see peer_lost instead of its own
     // timeout (a CI run under a sanitizer did).
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (rep->kind[1 - r] == 0 && std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    (void)await_report(rep.operator->(), 1 - r);
     return rc;
   });
   for (int r = 0; r < 2; ++r) {
@@ -124,7 +122,7 @@ TEST_CASE("single copies: a sender that gives up on a message its receiver reads
       return 0;
     }
     auto got = t.irecv(0, bytes, c, tutti::detail::space::collective, 0);
-    while (rep->kind[0] == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!await_report(rep.operator->(), 0)) return 1;
     return expect_error(rep.operator->(), r, [&] {
       t.wait(got, c, tutti::detail::clock::now() + std::chrono::seconds(5));
     });

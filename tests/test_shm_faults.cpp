@@ -324,8 +324,7 @@ TEST_CASE("an abort that follows a death names the dead rank, not the one that a
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       comm.transport().abort(tutti::errc::aborted, "rank 1 abandoned a message half sent");
       rep->died_ns = now_ns();
-      while (rep->kind[0] == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      return 0;
+      return await_report(rep.operator->(), 0) ? 0 : 1;
     }
     while (rep->died_ns == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::vector<int> v(10, 1);
@@ -364,8 +363,7 @@ TEST_CASE("rank 0 killed while the world forms: a rank that attached removes the
       std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 1 attaches
       rep->died_ns = now_ns();
       kill(rep->pids[0], SIGKILL);
-      while (rep->kind[1] == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      return 0;
+      return await_report(rep.operator->(), 1) ? 0 : 1;
     }
     tutti::options opts;
     opts.timeout = std::chrono::seconds(30);
