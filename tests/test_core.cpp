@@ -737,3 +737,45 @@ TEST_CASE("automatic picks latency policies for small and bandwidth policies for
   CHECK(tutti::automatic::choose(collective::all_reduce, 8, 8, tutti::inproc::costs,
                                  tutti::detail::algo_table("bruck;tree"), runs) == policy_id::tree);
 }
+
+TEST_CASE("automatic on a crowded host weighs every rank's messages: tree where they dominate") {
+  // tutti::gloo's costs, single copies from 512 KiB, 4 ranks (bench/RESULTS.md: on 2 CPUs,
+  // tree is twice as fast as recursive doubling up to 4 KiB and fastest to 2 MiB; recursive
+  // halving and ring from 16 MiB).
+  tutti::cost_model m{.alpha_us = 40.0,
+                      .beta_us_per_byte = 1.0 / 1500.0,
+                      .gamma_us_per_byte = 1.0 / 8000.0,
+                      .segment_beta_us_per_byte = 1.0 / 1500.0,
+                      .copy_min_bytes = std::size_t{512} << 10,
+                      .copy_beta_us_per_byte = 1.0 / 6500.0};
+  auto runs = [](policy_id id) {
+    return id == policy_id::ring || id == policy_id::tree || id == policy_id::recursive_halving ||
+           id == policy_id::recursive_doubling;
+  };
+  const auto pick = [&](std::size_t bytes, int ranks, double per_cpu) {
+    m.ranks_per_cpu = per_cpu;
+    return tutti::automatic::choose(collective::all_reduce, bytes, ranks, m,
+                                    tutti::detail::algo_table{}, runs);
+  };
+  const std::size_t mib = std::size_t{1} << 20;
+  for (double per_cpu : {0.0, 0.5, 1.0}) {  // unknown or not crowded: the slowest rank's path
+    CAPTURE(per_cpu);
+    CHECK(pick(8, 4, per_cpu) == policy_id::recursive_doubling);
+    CHECK(pick(4096, 4, per_cpu) == policy_id::recursive_doubling);
+    CHECK(pick(2 * mib, 4, per_cpu) == policy_id::recursive_halving);
+  }
+  CHECK(pick(8, 4, 2.0) == policy_id::tree);
+  CHECK(pick(4096, 4, 2.0) == policy_id::tree);
+  CHECK(pick(256 << 10, 4, 2.0) == policy_id::tree);
+  CHECK(pick(2 * mib, 4, 2.0) == policy_id::tree);
+  CHECK(pick(16 * mib, 4, 2.0) == policy_id::recursive_halving);
+  CHECK(pick(256 * mib, 4, 2.0) == policy_id::recursive_halving);
+  // Crowded, one rank: nothing to send.
+  CHECK(pick(8, 1, 2.0) != policy_id::count_);
+  // Other collectives keep the path model (only all_reduce has been measured crowded).
+  m.ranks_per_cpu = 2.0;
+  CHECK(tutti::detail::predicted_cost(collective::broadcast, policy_id::tree, 8, 4, m) ==
+        tutti::detail::predicted_cost(
+            collective::broadcast, policy_id::tree, 8, 4,
+            tutti::cost_model{m.alpha_us, m.beta_us_per_byte, m.gamma_us_per_byte}));
+}

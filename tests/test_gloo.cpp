@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -139,6 +140,24 @@ TEST_CASE("large collective messages travel in parts that pair up on both ends")
             std::fprintf(stderr, "rank %d: single_copy(%d) is %d\n", comm.rank(), q, int(!expect));
             return 1;
           }
+        }
+        // What automatic weighs, the same on every rank: every rank on this machine, its CPUs;
+        // single copies' cost only where every pair has them.
+        const tutti::cost_model costs = comm.transport().world_costs();
+        const unsigned hw = std::thread::hardware_concurrency();
+        const bool every_pair = siblings_can_read && m == "on";
+        if (hw != 0 && (comm.transport().host_ranks() != comm.size() ||
+                        costs.ranks_per_cpu != static_cast<double>(comm.size()) / hw)) {
+          std::fprintf(stderr, "rank %d: %d ranks here, %g per CPU\n", comm.rank(),
+                       comm.transport().host_ranks(), costs.ranks_per_cpu);
+          return 1;
+        }
+        if (costs.copy_min_bytes != (every_pair ? gloo::single_copy_min : 0) ||
+            costs.copy_beta_us_per_byte !=
+                (every_pair ? gloo::single_copy_beta_us_per_byte : 0.0) ||
+            costs.alpha_us != gloo::costs.alpha_us) {
+          std::fprintf(stderr, "rank %d: copy_min_bytes %zu\n", comm.rank(), costs.copy_min_bytes);
+          return 1;
         }
         const std::size_t k = gloo::part_min / sizeof(std::int32_t);
         for (std::size_t n : {2 * k - 1, 4 * k + 1, 6 * k + 5, (std::size_t{9} << 18) + 7}) {

@@ -5,7 +5,9 @@
 /// TUTTI_ALGO (or options::algo) overrides the choice per collective and size range; its
 /// syntax is in detail/algo_table.hpp and the README.
 
+#include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <limits>
 #include <span>
@@ -34,6 +36,73 @@ template <class T>
     return cost_model{};
 }
 
+/// The costs of transport `t`'s world: `t.world_costs()` where the transport knows more at run
+/// time (tutti::gloo: single copies, ranks per CPU; the same on every rank, so every rank
+/// chooses alike), else its type's.
+template <class T>
+[[nodiscard]] cost_model costs_of(const T& t) noexcept {
+  if constexpr (requires {
+                  { t.world_costs() } -> std::same_as<cost_model>;
+                })
+    return t.world_costs();
+  else
+    return costs_of<T>();
+}
+
+/// all_reduce on a host whose ranks outnumber its CPUs (m.ranks_per_cpu > 1): ranks queue for
+/// CPUs, so a call takes at least the work of all its ranks spread over the CPUs — every
+/// message's α (stretched by the ranks per CPU: a rank woken by a message waits for a CPU),
+/// bytes and reduction — as well as the slowest rank's path. Counts the world's ranks as if
+/// they all shared the most crowded host. Messages of `copy_min_bytes` or more cost
+/// `copy_beta_us_per_byte` a byte. On 4 ranks sharing 2 CPUs this picks tree up to a few MiB,
+/// then recursive halving, where the path alone picks recursive doubling (bench/RESULTS.md:
+/// twice as slow as tree there up to 4 KiB). Other policies: their path, stretched.
+[[nodiscard]] inline double crowded_all_reduce(policy_id pol, double path, double n, int ranks,
+                                               const cost_model& m) noexcept {
+  const double p = ranks, a = m.alpha_us, g = m.gamma_us_per_byte, r = m.ranks_per_cpu;
+  const auto msg = [&](double bytes) {  // β-time of one message
+    const bool copy = m.copy_min_bytes > 0 && bytes >= static_cast<double>(m.copy_min_bytes);
+    return bytes * (copy ? m.copy_beta_us_per_byte : m.beta_us_per_byte);
+  };
+  const double lg = std::ceil(std::log2(p));
+  const bool pow2 = (ranks & (ranks - 1)) == 0;
+  const double fold = pow2 ? 0.0 : 2 * (a + msg(n)) + n * g;
+  double slowest = 0, messages = 0, bytes = 0, reduced = 0;  // bytes: β-time, all ranks
+  switch (pol) {
+    case policy_id::ring:
+      slowest = 2 * (p - 1) * (a + msg(n / p)) + (p - 1) / p * n * g;
+      messages = 2 * (p - 1) * p;
+      bytes = messages * msg(n / p);
+      reduced = (p - 1) * n;
+      break;
+    case policy_id::recursive_halving: {
+      double halves = 0;  // one rank's β-time, reduce-scatter and all-gather
+      for (double part = n / 2, i = 0; i < lg; part /= 2, ++i) halves += 2 * msg(part);
+      slowest = 2 * lg * a + halves + (p - 1) / p * n * g + fold;
+      messages = 2 * lg * p;
+      bytes = halves * p;
+      reduced = (p - 1) * n;
+      break;
+    }
+    case policy_id::recursive_doubling:
+      slowest = lg * (a + msg(n) + n * g) + fold;
+      messages = lg * p;
+      bytes = messages * msg(n);
+      reduced = lg * p * n;
+      break;
+    case policy_id::tree:
+      slowest = 2 * lg * (a + msg(n)) + lg * n * g;
+      messages = 2 * (p - 1);
+      bytes = messages * msg(n);
+      reduced = (p - 1) * n;
+      break;
+    default:
+      return path * r;
+  }
+  const double host = (messages * a * r + bytes + reduced * g) * r / p;
+  return std::max(slowest, host);
+}
+
 /// Predicted microseconds of policy `p` for collective `k` moving `n` bytes over `ranks`.
 /// `n` is the per-rank vector for all_reduce, reduce, broadcast; the total gathered or
 /// scattered vector for the gathers, scatters, reduce_scatter and all_to_all.
@@ -54,6 +123,10 @@ template <class T>
   constexpr double never = std::numeric_limits<double>::infinity();
   switch (k) {
     case collective::all_reduce:
+      if (m.ranks_per_cpu > 1 && ranks > 1)
+        return crowded_all_reduce(
+            pol, predicted_cost(k, pol, n, ranks, cost_model{m.alpha_us, b, g, bs}, segment), n,
+            ranks, m);
       switch (pol) {
         case policy_id::ring:
           return 2 * (p - 1) * a + 2 * frac * n * b + frac * n * g;
@@ -184,20 +257,23 @@ struct automatic {
     return best;
   }
 
-  /// `pick(bytes)`, remembered per thread for the last (bytes, ranks) of this collective on
-  /// this transport when no overrides apply: a loop of equal calls decides once (without
-  /// overrides the choice is a pure function of those two).
+  /// `pick(bytes)`, remembered per thread for the last (bytes, ranks, costs) of this
+  /// collective on this transport when no overrides apply: a loop of equal calls decides once
+  /// (without overrides the choice is a pure function of those three).
   template <class T, detail::collective K, class Ctx, class Pick>
-  static detail::policy_id memo(const Ctx& c, std::size_t bytes, Pick&& pick) {
+  static detail::policy_id memo(const Ctx& c, std::size_t bytes, const cost_model& costs,
+                                Pick&& pick) {
     if (!c.overrides().empty()) return pick(bytes);
     struct last_choice {
       std::size_t bytes = 0;
       int ranks = 0;
+      cost_model costs;
       detail::policy_id id = detail::policy_id::count_;
     };
     thread_local last_choice last;
-    if (last.id == detail::policy_id::count_ || last.bytes != bytes || last.ranks != c.size())
-      last = {bytes, c.size(), pick(bytes)};
+    if (last.id == detail::policy_id::count_ || last.bytes != bytes || last.ranks != c.size() ||
+        last.costs != costs)
+      last = {bytes, c.size(), costs, pick(bytes)};
     return last.id;
   }
 
@@ -208,27 +284,28 @@ struct automatic {
                 "no algorithm policy implements this collective on this transport");
   }
 
-#define TUTTI_AUTOMATIC_DISPATCH(coll, bytes, ...)                                             \
-  using T = typename Ctx::transport_type;                                                      \
-  if constexpr (device_transport<T> && detail::has_##coll<native, T>) {                        \
-    detail::dependent<native, T>::type::coll(c __VA_OPT__(, ) __VA_ARGS__);                    \
-    return;                                                                                    \
-  }                                                                                            \
-  auto runs = [](detail::policy_id id) {                                                       \
-    return detail::with_policy(id, []<class P>() { return detail::has_##coll<P, T>; });        \
-  };                                                                                           \
-  const auto id = memo<T, detail::collective::coll>(c, bytes, [&](std::size_t b) {             \
-    return choose(detail::collective::coll, b, c.size(), detail::costs_of<T>(), c.overrides(), \
-                  runs, shared_segment<T>);                                                    \
-  });                                                                                          \
-  const bool ran = detail::with_policy(id, [&]<class P>() {                                    \
-    if constexpr (detail::has_##coll<P, T>) {                                                  \
-      P::coll(c __VA_OPT__(, ) __VA_ARGS__);                                                   \
-      return true;                                                                             \
-    } else {                                                                                   \
-      return false;                                                                            \
-    }                                                                                          \
-  });                                                                                          \
+#define TUTTI_AUTOMATIC_DISPATCH(coll, bytes, ...)                                        \
+  using T = typename Ctx::transport_type;                                                 \
+  if constexpr (device_transport<T> && detail::has_##coll<native, T>) {                   \
+    detail::dependent<native, T>::type::coll(c __VA_OPT__(, ) __VA_ARGS__);               \
+    return;                                                                               \
+  }                                                                                       \
+  auto runs = [](detail::policy_id id) {                                                  \
+    return detail::with_policy(id, []<class P>() { return detail::has_##coll<P, T>; });   \
+  };                                                                                      \
+  const cost_model costs = detail::costs_of(c.transport());                               \
+  const auto id = memo<T, detail::collective::coll>(c, bytes, costs, [&](std::size_t b) { \
+    return choose(detail::collective::coll, b, c.size(), costs, c.overrides(), runs,      \
+                  shared_segment<T>);                                                     \
+  });                                                                                     \
+  const bool ran = detail::with_policy(id, [&]<class P>() {                               \
+    if constexpr (detail::has_##coll<P, T>) {                                             \
+      P::coll(c __VA_OPT__(, ) __VA_ARGS__);                                              \
+      return true;                                                                        \
+    } else {                                                                              \
+      return false;                                                                       \
+    }                                                                                     \
+  });                                                                                     \
   if (!ran) no_policy(c)
 
   template <class Ctx>

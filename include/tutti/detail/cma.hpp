@@ -36,20 +36,23 @@
 
 namespace tutti::detail {
 
+/// This kernel's boot id: processes that share it share one machine's CPUs (whatever their
+/// namespaces). "" where it cannot be read.
+[[nodiscard]] inline std::string boot_id() {
+  char boot[64] = {};
+  std::FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "re");
+  if (f == nullptr) return {};
+  const bool ok = std::fgets(boot, sizeof boot, f) != nullptr;
+  std::fclose(f);
+  return ok ? std::string(boot, ::strcspn(boot, "\n")) : std::string();
+}
+
 /// What makes two processes able to read each other's memory by pid: one kernel boot, one PID
 /// namespace (a pid means the same process to both) and one network namespace (ranks in
 /// different network namespaces stand for different hosts, as tests/netns makes them). ""
 /// where any of it cannot be read.
 [[nodiscard]] inline std::string cma_host_identity() {
-  char boot[64] = {};
-  if (std::FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "re")) {
-    const bool ok = std::fgets(boot, sizeof boot, f) != nullptr;
-    std::fclose(f);
-    if (!ok) return {};
-  } else {
-    return {};
-  }
-  std::string id(boot, ::strcspn(boot, "\n"));
+  std::string id = boot_id();
   if (id.empty()) return {};
   for (const char* ns : {"/proc/self/ns/pid", "/proc/self/ns/net"}) {
     struct stat st {};

@@ -57,12 +57,8 @@ class inproc_world {
                                                      static_cast<std::size_t>(n))),
         segment_bytes_(segment_bytes),
         exited_(std::make_unique<std::atomic<bool>[]>(static_cast<std::size_t>(n))),
+        tuning_(wait_tuning::for_host(n)),
         segments_(static_cast<std::size_t>(n)) {
-    if (const unsigned hw = std::thread::hardware_concurrency();
-        hw != 0 && static_cast<unsigned>(n) > hw) {
-      tuning_.spins = 8;
-      tuning_.yields = 128;
-    }
     // Default-initialised (not zeroed): pages are touched only when a direct algorithm uses them.
     for (auto& seg : segments_) seg.reset(new std::byte[segment_bytes_]);
   }

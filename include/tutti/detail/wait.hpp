@@ -10,6 +10,7 @@
 
 #if defined(__linux__)
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -83,11 +84,42 @@ struct doorbell {
   }
 };
 
+/// The CPUs this process may run on (its affinity mask: what taskset, cpusets and schedulers
+/// leave it), else the machine's; at least 1.
+[[nodiscard]] inline unsigned usable_cpus() noexcept {
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+    return static_cast<unsigned>(CPU_COUNT(&set));
+#endif
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw != 0 ? hw : 1;
+}
+
+/// Whether `ranks` processes or threads on one host outnumber the CPUs this one may use: then
+/// a spinning waiter takes the CPU from the rank it waits for, so waits spin less and sleep
+/// sooner, and tutti::automatic counts every rank's messages, not only the slowest rank's.
+[[nodiscard]] inline bool oversubscribed(int ranks) noexcept {
+  return ranks > 1 && static_cast<unsigned>(ranks) > usable_cpus();
+}
+
 /// How long to spin and sleep. Spinning is short because ranks may outnumber cores.
 struct wait_tuning {
   int spins = 256;                      // pause loops before yielding
   int yields = 16;                      // sched_yield calls before sleeping
   std::chrono::milliseconds slice{20};  // longest single sleep between polls
+
+  /// The tuning for `ranks` ranks sharing this host: the defaults, or where they outnumber its
+  /// CPUs few spins and more yields (a yield lets the rank being waited for run).
+  [[nodiscard]] static wait_tuning for_host(int ranks) noexcept {
+    wait_tuning t;
+    if (oversubscribed(ranks)) {
+      t.spins = 8;
+      t.yields = 128;
+    }
+    return t;
+  }
 };
 
 /// Waits until `ready()` holds. `poll()` runs before every sleep and may throw (deadline

@@ -41,6 +41,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -511,6 +512,12 @@ struct gloo_state {
   /// memory, else 0; the word peers read back (and write again) at the probe.
   std::vector<pid_t> cma_pid;
   std::uint64_t cma_word = 0;
+  /// Ranks of this world on this machine (this one included), and whether they outnumber the
+  /// CPUs this process may use (detail::oversubscribed; waits spin less).
+  int host_ranks = 1;
+  bool oversubscribed = false;
+  /// Ranks per CPU on the world's most crowded machine; the same on every rank (costs).
+  double ranks_per_cpu = 0;
   gloo_waker waker;
 
   [[nodiscard]] std::vector<std::byte> take_staging(std::size_t bytes) {
@@ -639,6 +646,9 @@ class gloo {
   /// and acknowledges. Through loopback TCP the bytes would be copied twice, into the kernel
   /// and out; below this size the two extra small messages cost more than the copy saves.
   static constexpr std::size_t single_copy_min = std::size_t{512} << 10;
+  /// β of a single copy, fitted on the 2-core VM of bench/RESULTS.md: a 4 MiB recursive
+  /// doubling step (read and reduce 4 MiB) takes about 1.2 ms, α + n(β + γ) with γ = 1/8000.
+  static constexpr double single_copy_beta_us_per_byte = 1.0 / 6500.0;
   /// The chunk a reducing single-copy receive reads and reduces at a time.
   static constexpr std::size_t single_copy_chunk = std::size_t{256} << 10;
 
@@ -654,6 +664,22 @@ class gloo {
   [[nodiscard]] bool single_copy(int peer) const noexcept {
     return peer >= 0 && static_cast<std::size_t>(peer) < s_->cma_pid.size() &&
            s_->cma_pid[static_cast<std::size_t>(peer)] != 0;
+  }
+  /// Ranks of this world on this rank's machine, this one included (same kernel boot).
+  [[nodiscard]] int host_ranks() const noexcept { return s_->host_ranks; }
+  /// `costs` with what this world found at run time, for tutti::automatic: single copies'
+  /// cost where every pair has them (a world on one host), and the ranks per CPU of its most
+  /// crowded machine. The same on every rank.
+  [[nodiscard]] cost_model world_costs() const noexcept {
+    cost_model m = costs;
+    bool all_copy = size() > 1;
+    for (int q = 0; q < size(); ++q) all_copy = all_copy && (q == rank() || single_copy(q));
+    if (all_copy) {
+      m.copy_min_bytes = single_copy_min;
+      m.copy_beta_us_per_byte = single_copy_beta_us_per_byte;
+    }
+    m.ranks_per_cpu = s_->ranks_per_cpu;
+    return m;
   }
   /// Gloo's context, for running Gloo's own algorithms on tutti's connections. Gloo's legacy
   /// algorithm classes (AllreduceRing and friends) set SO_SNDBUF on the connections they use
@@ -981,6 +1007,7 @@ class gloo {
                           store_silence(*s));
         }
       }
+      count_host_ranks(*s, deadline);
       setup_single_copy(*s, deadline);
       // While Gloo runs one of its collectives: a peer whose connection closed aborts the world
       // (closing this rank's connections too), so the collective fails at once.
@@ -1114,21 +1141,24 @@ class gloo {
   /// Waits until the receiver of single-copy send `r` acknowledged it (read_single_copy writes
   /// the word). Spins, then yields for a while (the receiver is usually reading by now), then
   /// sleeps in short naps; polls for aborts, closed connections, mismatches and the deadline
-  /// every 100 ms, as wait_buffer does.
+  /// every 100 ms, as wait_buffer does. Where this machine's ranks outnumber its CPUs it
+  /// neither spins long nor yields (the receiver needs the CPU to read): it naps at once.
   void wait_acknowledged(request& r, const detail::call& c, detail::clock::time_point deadline) {
     using namespace std::chrono_literals;
     const std::uint64_t want = r.desc_->ack_value;
     const auto acked = [&] { return r.ack_->load(std::memory_order_acquire) == want; };
-    for (int i = 0; i < 1024; ++i) {
+    const bool shared_cpus = s_->oversubscribed;
+    for (int i = 0, spins = shared_cpus ? 64 : 1024; i < spins; ++i) {
       if (acked()) return;
       detail::cpu_relax();
     }
     const auto start = detail::clock::now();
+    const auto yielding = shared_cpus ? 0us : 500us;
     auto next_poll = std::min(start + 100ms, deadline);
     std::chrono::microseconds nap = 20us;
     while (!acked()) {
       const auto now = detail::clock::now();
-      if (now - start < 500us) {
+      if (now - start < yielding) {
         std::this_thread::yield();
       } else {
         std::this_thread::sleep_for(nap);
@@ -1182,6 +1212,40 @@ class gloo {
       lost(r, c, e.what());
     }
     return r;
+  }
+
+  /// Every rank publishes its machine's boot id and CPU count ("<boot id> <cpus>"); every rank
+  /// reads them all, so all find the same ranks per CPU on the most crowded machine (the
+  /// machine's online CPUs, which every process on it sees alike: a process's own affinity
+  /// may differ between ranks). Counts the ranks on this machine.
+  static void count_host_ranks(detail::gloo_state& st, detail::clock::time_point deadline) {
+    if (st.size == 1) return;
+    const std::string boot = detail::boot_id();
+    const unsigned hw = std::thread::hardware_concurrency();
+    const auto key = [&](int q) { return st.prefix + "host/" + std::to_string(q); };
+    st.store->set_string(key(st.rank),
+                         boot.empty() || hw == 0 ? "?" : boot + " " + std::to_string(hw));
+    std::map<std::string, std::pair<int, unsigned>, std::less<>> hosts;  // ranks, CPUs
+    for (int q = 0; q < st.size; ++q) {
+      const std::string v = st.store->get_string(key(q), left(deadline));
+      std::string_view rest = v;
+      const auto id = detail::next_field(rest, false);
+      const auto cpus = detail::next_integer<unsigned>(rest, true);
+      if (!id || id->empty() || !cpus || *cpus == 0) continue;  // unknown: not counted
+      auto& h = hosts[std::string(*id)];
+      ++h.first;
+      h.second = std::max(h.second, *cpus);
+    }
+    for (const auto& [id, h] : hosts) {
+      st.ranks_per_cpu = std::max(st.ranks_per_cpu, double(h.first) / h.second);
+      if (id == boot) st.host_ranks = h.first;
+    }
+    st.oversubscribed = detail::oversubscribed(st.host_ranks);
+    if (detail::debug_info())
+      std::fprintf(stderr,
+                   "tutti[gloo] rank %d/%d: %d ranks on this machine (%u CPUs here); %.2f ranks "
+                   "per CPU on the most crowded one\n",
+                   st.rank, st.size, st.host_ranks, detail::usable_cpus(), st.ranks_per_cpu);
   }
 
   /// The probe (detail/cma.hpp): every rank publishes its host identity, pid and a random

@@ -47,13 +47,12 @@ namespace detail {
 /// Everything one rank holds of a shm world. Lives on the heap: requests point at it.
 struct shm_state {
   shm_state(shm_mapping m, const shm_layout& l, int r, int n)
-      : map(std::move(m)), view(map.base(), l), rank(r), size(n), channels(view, r, n) {
-    if (const unsigned hw = std::thread::hardware_concurrency();
-        hw != 0 && static_cast<unsigned>(n) > hw) {
-      tuning.spins = 8;
-      tuning.yields = 128;
-    }
-  }
+      : map(std::move(m)),
+        view(map.base(), l),
+        rank(r),
+        size(n),
+        channels(view, r, n),
+        tuning(wait_tuning::for_host(n)) {}
   shm_state(const shm_state&) = delete;
   shm_state& operator=(const shm_state&) = delete;
   ~shm_state() {
