@@ -518,6 +518,8 @@ struct gloo_state {
   bool oversubscribed = false;
   /// Ranks per CPU on the world's most crowded machine; the same on every rank (costs).
   double ranks_per_cpu = 0;
+  /// Whether every pair of ranks has single copies; the same on every rank (costs).
+  bool single_copy_world = false;
   gloo_waker waker;
 
   [[nodiscard]] std::vector<std::byte> take_staging(std::size_t bytes) {
@@ -672,9 +674,7 @@ class gloo {
   /// crowded machine. The same on every rank.
   [[nodiscard]] cost_model world_costs() const noexcept {
     cost_model m = costs;
-    bool all_copy = size() > 1;
-    for (int q = 0; q < size(); ++q) all_copy = all_copy && (q == rank() || single_copy(q));
-    if (all_copy) {
+    if (s_->single_copy_world) {
       m.copy_min_bytes = single_copy_min;
       m.copy_beta_us_per_byte = single_copy_beta_us_per_byte;
     }
@@ -1291,12 +1291,21 @@ class gloo {
       }
     }
     st.store->set_string(key("cma_ok/", st.rank), readable);
+    // Every rank's list, so that every rank knows alike whether every pair has single copies.
     std::string with;
+    const auto all_but = [n](const std::string& v, std::size_t self) {
+      if (v.size() != n) return false;
+      for (std::size_t j = 0; j < n; ++j)
+        if (j != self && v[j] != '1') return false;
+      return true;
+    };
+    st.single_copy_world = all_but(readable, static_cast<std::size_t>(st.rank));
     for (int q = 0; q < st.size; ++q) {
+      if (q == st.rank) continue;
       const auto i = static_cast<std::size_t>(q);
-      if (readable[i] != '1') continue;
       const std::string v = st.store->get_string(key("cma_ok/", q), left(deadline));
-      if (v.size() == n && v[static_cast<std::size_t>(st.rank)] == '1') {
+      st.single_copy_world = st.single_copy_world && all_but(v, i);
+      if (readable[i] == '1' && v.size() == n && v[static_cast<std::size_t>(st.rank)] == '1') {
         st.cma_pid[i] = pids[i];
         with += " " + std::to_string(q);
       }
