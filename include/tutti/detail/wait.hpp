@@ -99,7 +99,8 @@ struct doorbell {
 
 /// Whether `ranks` processes or threads on one host outnumber the CPUs this one may use: then
 /// a spinning waiter takes the CPU from the rank it waits for, so waits spin less and sleep
-/// sooner, and tutti::automatic counts every rank's messages, not only the slowest rank's.
+/// sooner. (tutti::automatic's notion, cost_model::ranks_per_cpu, must be the same on every
+/// rank, so it counts the machine's CPUs rather than this process's affinity.)
 [[nodiscard]] inline bool oversubscribed(int ranks) noexcept {
   return ranks > 1 && static_cast<unsigned>(ranks) > usable_cpus();
 }
