@@ -76,6 +76,7 @@ struct report {
   std::atomic<int> kind[8] = {};  // tutti::errc of the error caught, 0 for none
   std::atomic<int> peer[8] = {};
   std::atomic<long long> caught_ns[8] = {};
+  char what[8][256] = {};  // the start of the error's message, for the test's failure output
   char segment[64] = {};
 };
 
@@ -164,6 +165,7 @@ int expect_error(report* rep, int rank, Fn&& fn) {
     fn();
   } catch (const tutti::error& e) {
     rep->caught_ns[rank] = now_ns();
+    std::snprintf(rep->what[rank], sizeof rep->what[rank], "%s", e.what());
     rep->kind[rank] = static_cast<int>(e.kind());
     rep->peer[rank] = e.peer();
     return 0;
@@ -197,6 +199,8 @@ void check_killed_rank(int n, int at, shared_report& rep, Make&& make, Joined&& 
   for (int r = 0; r < n; ++r) {
     if (r == victim) continue;
     CAPTURE(r);
+    const std::string what = rep->what[r];
+    CAPTURE(what);
     CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
     CHECK(rep->kind[r] == static_cast<int>(tutti::errc::peer_lost));
     CHECK(rep->peer[r] == victim);
@@ -290,6 +294,8 @@ void check_stopped_rank(Make&& make) {
   for (int r = 0; r < n; ++r) {
     if (r == victim) continue;
     CAPTURE(r);
+    const std::string what = rep->what[r];
+    CAPTURE(what);
     CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
     CHECK(rep->kind[r] == static_cast<int>(tutti::errc::timeout));
     CHECK(rep->peer[r] == victim);
