@@ -10,6 +10,7 @@
 #include <concepts>
 #include <cstddef>
 #include <limits>
+#include <optional>
 #include <span>
 
 #include "tutti/algorithm/bruck.hpp"
@@ -56,9 +57,9 @@ template <class T>
 /// they all shared the most crowded host. Messages of `copy_min_bytes` or more cost
 /// `copy_beta_us_per_byte` a byte. On 4 ranks sharing 2 CPUs this picks tree up to a few MiB,
 /// then recursive halving, where the path alone picks recursive doubling (bench/RESULTS.md:
-/// twice as slow as tree there up to 4 KiB). Other policies: their path, stretched.
-[[nodiscard]] inline double crowded_all_reduce(policy_id pol, double path, double n, int ranks,
-                                               const cost_model& m) noexcept {
+/// twice as slow as tree there up to 4 KiB). Nothing for other policies.
+[[nodiscard]] inline std::optional<double> crowded_all_reduce(policy_id pol, double n, int ranks,
+                                                              const cost_model& m) noexcept {
   const double p = ranks, a = m.alpha_us, g = m.gamma_us_per_byte, r = m.ranks_per_cpu;
   const auto msg = [&](double bytes) {  // β-time of one message
     const bool copy = m.copy_min_bytes > 0 && bytes >= static_cast<double>(m.copy_min_bytes);
@@ -97,7 +98,7 @@ template <class T>
       reduced = (p - 1) * n;
       break;
     default:
-      return path * r;
+      return std::nullopt;
   }
   const double host = (messages * a * r + bytes + reduced * g) * r / p;
   return std::max(slowest, host);
@@ -123,10 +124,12 @@ template <class T>
   constexpr double never = std::numeric_limits<double>::infinity();
   switch (k) {
     case collective::all_reduce:
-      if (m.ranks_per_cpu > 1 && ranks > 1)
-        return crowded_all_reduce(
-            pol, predicted_cost(k, pol, n, ranks, cost_model{m.alpha_us, b, g, bs}, segment), n,
-            ranks, m);
+      if (m.ranks_per_cpu > 1 && ranks > 1) {  // crowded; other policies: their path, stretched
+        if (const auto cost = crowded_all_reduce(pol, n, ranks, m)) return *cost;
+        cost_model uncrowded = m;
+        uncrowded.ranks_per_cpu = 0;
+        return m.ranks_per_cpu * predicted_cost(k, pol, n, ranks, uncrowded, segment);
+      }
       switch (pol) {
         case policy_id::ring:
           return 2 * (p - 1) * a + 2 * frac * n * b + frac * n * g;
