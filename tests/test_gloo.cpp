@@ -13,10 +13,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -183,4 +185,75 @@ TEST_CASE("large collective messages travel in parts that pair up on both ends")
       CHECK(rc == 0);
     }
   }
+}
+
+TEST_CASE("single copies: more messages in flight than an inbox holds, matched as Gloo would") {
+  // Each rank posts 73 single-copy messages to the other (an inbox holds 64 descriptors: the
+  // rest wait in the sender's outbox until the receiver takes some), then its receives. Rank 1
+  // posts its receives in reverse order and rank 0 waits for them in reverse order, so
+  // descriptors arrive both before and after their receive is posted. Messages m and m + 64
+  // share a slot (same call, tag and size): as with Gloo's slots, the first receive posted on a
+  // slot gets the first message sent on it. Exact contents, from both ranks.
+  if (!fork_ranks::siblings_can_read_memory()) {
+    MESSAGE("siblings may not read each other's memory here (Yama, seccomp): no single copies");
+    return;
+  }
+  const int rc = tutti::spawn(2, [] {
+    using tutti::detail::space;
+    auto comm = tutti::communicator<tutti::gloo>::from_env();
+    auto& t = comm.transport();
+    const int me = comm.rank(), peer = 1 - me;
+    if (!t.single_copy(peer)) return 2;
+    tutti::detail::call c;
+    c.fp.coll = tutti::detail::collective::all_to_all;
+    c.seq = 1;
+    c.elem_size = 4;
+    constexpr int messages = static_cast<int>(tutti::detail::cma_inbox::capacity) + 9;
+    constexpr std::size_t words = tutti::gloo::single_copy_min / sizeof(std::int32_t);
+    const auto tag = [](int m) { return static_cast<std::uint64_t>(m % 64); };
+    const auto value = [](int from, int m, std::size_t i) {
+      return static_cast<std::int32_t>(m * 1000003 + static_cast<int>(i) + from * 7);
+    };
+    std::vector<std::vector<std::int32_t>> out(messages), in(messages);
+    std::vector<tutti::gloo::request> sends(messages), recvs(messages);
+    const auto bytes = [](std::vector<std::int32_t>& v) {
+      return std::as_writable_bytes(std::span(v));
+    };
+    for (int m = 0; m < messages; ++m) {
+      out[m].resize(words);
+      in[m].assign(words, -1);
+      for (std::size_t i = 0; i < words; ++i) out[m][i] = value(me, m, i);
+    }
+    const auto post_recv = [&](int m) {
+      recvs[m] = t.irecv(peer, bytes(in[m]), c, space::collective, tag(m));
+    };
+    const auto deadline = tutti::detail::clock::now() + std::chrono::seconds(60);
+    if (me == 1)
+      for (int m = messages - 1; m >= 0; --m) post_recv(m);
+    for (int m = 0; m < messages; ++m)
+      sends[m] = t.isend(peer, bytes(out[m]), c, space::collective, tag(m));
+    if (me == 0) {
+      for (int m = 0; m < messages; ++m) post_recv(m);
+      for (int m = messages - 1; m >= 0; --m) t.wait(recvs[m], c, deadline);
+      for (int m = 0; m < messages; ++m) t.wait(sends[m], c, deadline);
+    } else {
+      for (int m = 0; m < messages; ++m) t.wait(sends[m], c, deadline);
+      for (int m = 0; m < messages; ++m) t.wait(recvs[m], c, deadline);
+    }
+    int wrong = 0;
+    for (int m = 0; m < messages; ++m) {
+      // Rank 1 posted m + 64 before m on their shared slot: each got the other's message.
+      int sent_as = m;
+      if (me == 1 && m % 64 < messages - 64) sent_as = m >= 64 ? m - 64 : m + 64;
+      for (std::size_t i = 0; i < words; ++i)
+        if (in[m][i] != value(peer, sent_as, i)) {
+          std::fprintf(stderr, "rank %d message %d word %zu: %d, not %d\n", me, m, i, in[m][i],
+                       value(peer, sent_as, i));
+          ++wrong;
+          break;
+        }
+    }
+    return wrong == 0 ? 0 : 1;
+  });
+  CHECK(rc == 0);
 }

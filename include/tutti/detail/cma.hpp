@@ -3,8 +3,9 @@
 /// Cross-memory attach (Linux process_vm_readv(2) and process_vm_writev(2)): one process reads
 /// another's memory in a single copy, with no shared segment. tutti::gloo uses it between ranks
 /// on one host, where a message through loopback TCP would be copied twice (into the kernel and
-/// out again): the receiver reads the message and then writes its acknowledgement into a word
-/// of the sender's.
+/// out again): the sender writes the message's descriptor into the receiver's mailbox
+/// (cma_inbox), the receiver reads the message and then writes its acknowledgement into a word
+/// of the sender's. No TCP message is involved.
 ///
 /// Reading or writing a process's memory needs the permission ptrace(2) would
 /// (PTRACE_MODE_ATTACH: the same user and, under Yama's ptrace_scope >= 1, more), so it is
@@ -138,6 +139,62 @@ struct cma_descriptor {
   std::uint64_t bytes = 0;
   std::uint64_t ack_address = 0;
   std::uint64_t ack_value = 0;
+};
+
+/// Where one rank's single-copy descriptors to another wait to be taken: a ring of entries in
+/// the receiver's memory that the sender writes (process_vm_writev) and the receiver reads, so
+/// that a descriptor reaches its receiver in two system calls, not in a round trip through TCP.
+/// The sender writes an entry's slot and descriptor, then (after a fence) its stamp, the
+/// entry's index + 1, which tells the receiver that the entry is whole; the receiver copies the
+/// entry out and counts it in `taken`, which the sender reads back (process_vm_readv) before it
+/// writes over an entry (at most `capacity` entries are written and not yet taken).
+struct cma_inbox {
+  static constexpr std::size_t capacity = 64;
+  struct entry {
+    std::uint64_t slot = 0;  // the message's slot (detail::gloo_slot): receives match on it
+    cma_descriptor d;
+    std::atomic<std::uint64_t> stamp{0};
+  };
+  /// What the sender writes first, at the entry's address; the stamp follows it.
+  struct body {
+    std::uint64_t slot = 0;
+    cma_descriptor d;
+  };
+  alignas(64) std::atomic<std::uint64_t> taken{0};
+  alignas(64) entry entries[capacity];
+
+  static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
+                sizeof(std::atomic<std::uint64_t>) == sizeof(std::uint64_t));
+  [[nodiscard]] static constexpr std::size_t entry_offset(std::uint64_t index) noexcept {
+    return offsetof(cma_inbox, entries) + (index % capacity) * sizeof(entry);
+  }
+  static constexpr std::size_t stamp_offset = offsetof(entry, stamp);
+  static_assert(offsetof(entry, slot) == offsetof(body, slot) &&
+                offsetof(entry, d) == offsetof(body, d) && sizeof(body) <= stamp_offset);
+};
+
+/// A rank's mailbox: `ranks + 1` inboxes in one block, inbox s + 1 for what rank s sends. The
+/// first inbox receives nothing: its `taken` word is the probe word (setup of single copies:
+/// peers read it back and write it again), and its address is what the rank publishes. A
+/// mailbox is never freed (nor reused): a peer may still write into it after this rank's world
+/// is gone, and it must land in memory that nothing else uses. A few KiB per peer and world.
+class cma_mailbox {
+ public:
+  /// A new mailbox for a world of `ranks`, its probe word set to `probe`.
+  [[nodiscard]] static cma_inbox* make(int ranks, std::uint64_t probe) {
+    auto boxes = std::make_unique<cma_inbox[]>(static_cast<std::size_t>(ranks) + 1);
+    boxes[0].taken.store(probe, std::memory_order_relaxed);
+    static auto* const kept = new std::vector<std::unique_ptr<cma_inbox[]>>;  // never destroyed
+    static std::mutex mu;
+    const std::lock_guard lock(mu);
+    kept->push_back(std::move(boxes));
+    return kept->back().get();
+  }
+  /// The address, in the process whose mailbox starts at `base`, of the inbox for `sender`.
+  [[nodiscard]] static constexpr std::uint64_t inbox_address(std::uint64_t base,
+                                                             int sender) noexcept {
+    return base + (static_cast<std::uint64_t>(sender) + 1) * sizeof(cma_inbox);
+  }
 };
 
 /// The words receivers write their acknowledgements into (process_vm_writev), shared by every

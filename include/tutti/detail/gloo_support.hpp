@@ -41,9 +41,6 @@ inline constexpr std::uint64_t gloo_collective_prefix = std::uint64_t{0x74} << 5
 inline constexpr std::uint64_t gloo_p2p_prefix = std::uint64_t{0x75} << 56;
 /// The slot of each rank's sentinel receives (tutti::gloo): nothing is ever sent on it.
 inline constexpr std::uint64_t gloo_sentinel_slot = std::uint64_t{0x76} << 56;
-/// Single-copy messages (tutti::gloo between ranks on one host, detail/cma.hpp): the
-/// descriptor travels on its message's slot under top byte 0x77.
-inline constexpr std::uint64_t gloo_cma_prefix = std::uint64_t{0x77} << 56;
 
 /// The slot a message travels on. Everything both ends must agree on goes into it — the call's
 /// sequence number and fingerprint and the message's size for collectives; the tag, element

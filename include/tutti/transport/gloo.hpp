@@ -471,6 +471,25 @@ class sigpipe_guard {
   bool had_ = false;
 };
 
+/// A single-copy message's descriptor and slot, and for a receive whether its descriptor has
+/// arrived (in the mailbox: detail::cma_inbox). Held by its request, at a stable address.
+struct cma_message {
+  cma_descriptor d;
+  std::uint64_t slot = 0;
+  bool arrived = false;
+};
+
+/// Single copies between this rank and one peer (detail::cma_inbox).
+struct cma_link {
+  std::uint64_t inbox = 0;      // the address of this rank's inbox in the peer's mailbox
+  std::uint64_t sent = 0;       // entries written there
+  std::uint64_t room_seen = 0;  // the peer's count of entries it took, as last read
+  std::uint64_t taken = 0;      // entries taken here from the peer's inbox in this rank's mailbox
+  std::deque<cma_inbox::body> outbox;   // descriptors waiting for room in the peer's inbox
+  std::deque<cma_message*> posted;      // receives waiting for their descriptor, in posting order
+  std::deque<cma_inbox::body> arrived;  // descriptors no posted receive has claimed yet
+};
+
 struct gloo_state {
   std::shared_ptr<bootstrap::store> store;  // rendezvous, then abort and call records
   std::string prefix;                       // "tutti/gloo/<n>/"
@@ -509,9 +528,10 @@ struct gloo_state {
   /// Receive staging for reducing receives, kept between calls (no allocation per message).
   std::vector<std::vector<std::byte>> staging_pool;
   /// Single copies (detail/cma.hpp): each peer's pid where both can read and write the other's
-  /// memory, else 0; the word peers read back (and write again) at the probe.
+  /// memory, else 0; this rank's mailbox (its first word is the probe's word); each peer's link.
   std::vector<pid_t> cma_pid;
-  std::uint64_t cma_word = 0;
+  cma_inbox* mailbox = nullptr;
+  std::vector<cma_link> cma_links;
   /// Ranks of this world on this machine (this one included), and whether they outnumber the
   /// CPUs this process may use (detail::oversubscribed; waits spin less).
   int host_ranks = 1;
@@ -582,7 +602,8 @@ class gloo {
         s_ = std::move(o.s_);
         peer_ = o.peer_;
         is_send_ = o.is_send_;
-        desc_ = std::move(o.desc_);
+        msg_ = std::move(o.msg_);
+        cma_open_ = std::exchange(o.cma_open_, false);
         ack_ = std::exchange(o.ack_, nullptr);
         data_ = o.data_;
       }
@@ -594,16 +615,24 @@ class gloo {
 
    private:
     friend class gloo;
-    [[nodiscard]] bool pending() const noexcept { return done_ < parts_.size(); }
+    [[nodiscard]] bool pending() const noexcept { return cma_open_ || done_ < parts_.size(); }
     void release() noexcept {
       if (ack_ != nullptr)  // a single copy given up on: its receiver must not trust its read
         std::exchange(ack_, nullptr)
             ->store(detail::cma_ack_words::abandoned, std::memory_order_release);
       if (pending() && s_)
         abort_world(*s_, {errc::aborted, s_->rank, s_->rank, "a message was abandoned half done"});
+      forget();
+      if (s_ && !staging_.empty()) s_->give_staging(std::move(staging_));
+    }
+    /// Drops what is left of the message (its world is lost or aborted): its Gloo parts, and a
+    /// single-copy receive's place among the receives waiting for a descriptor.
+    void forget() noexcept {
+      if (cma_open_ && !is_send_ && s_ && !msg_->arrived)
+        std::erase(s_->cma_links[static_cast<std::size_t>(peer_)].posted, msg_.get());
+      cma_open_ = false;
       parts_.clear();
       done_ = 0;
-      if (s_ && !staging_.empty()) s_->give_staging(std::move(staging_));
     }
     std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> parts_;
     std::size_t done_ = 0;        // parts waited so far
@@ -614,11 +643,12 @@ class gloo {
     std::shared_ptr<detail::gloo_state> s_;
     int peer_ = -1;
     bool is_send_ = false;
-    /// A single copy: its descriptor (its one part is the descriptor's send or receive); for a
-    /// send, the word the receiver acknowledges in (detail::cma_ack_words; given back once
-    /// acknowledged, never if the message is abandoned); for a receive, where the bytes go (or
-    /// are reduced into, through staging_, by reduce_into_).
-    std::unique_ptr<detail::cma_descriptor> desc_;
+    /// A single copy (no Gloo parts): its descriptor and slot, and whether it is still to be
+    /// waited; for a send, the word the receiver acknowledges in (detail::cma_ack_words; given
+    /// back once acknowledged, never if the message is abandoned); for a receive, where the
+    /// bytes go (or are reduced into, through staging_, by reduce_into_).
+    std::unique_ptr<detail::cma_message> msg_;
+    bool cma_open_ = false;
     detail::cma_ack_words::word* ack_ = nullptr;
     std::byte* data_ = nullptr;
   };
@@ -643,10 +673,11 @@ class gloo {
 
   /// Collective messages of at least this many bytes between ranks on one host travel as a
   /// single copy (detail/cma.hpp) where the probe at bootstrap found it possible and
-  /// TUTTI_GLOO_CMA is not 0: the sender sends a descriptor, the receiver reads the bytes
-  /// straight out of the sender's memory (reducing them, in cache-sized chunks, as it reads)
-  /// and acknowledges. Through loopback TCP the bytes would be copied twice, into the kernel
-  /// and out; below this size the two extra small messages cost more than the copy saves.
+  /// TUTTI_GLOO_CMA is not 0: the sender writes a descriptor into the receiver's mailbox
+  /// (detail::cma_inbox), the receiver reads the bytes straight out of the sender's memory
+  /// (reducing them, in cache-sized chunks, as it reads) and acknowledges in a word of the
+  /// sender's. Through loopback TCP the bytes would be copied twice, into the kernel and out.
+  /// Smaller messages stay on Gloo's TCP pairs, like everything between hosts.
   static constexpr std::size_t single_copy_min = std::size_t{512} << 10;
   /// β of a single copy, fitted on the 2-core VM of bench/RESULTS.md: a 4 MiB recursive
   /// doubling step (read and reduce 4 MiB) takes about 1.2 ms, α + n(β + γ) with γ = 1/8000.
@@ -714,17 +745,15 @@ class gloo {
   /// and mismatched calls; a closed connection raises errc::peer_lost naming the peer.
   void wait(request& r, const detail::call& c, detail::clock::time_point deadline) {
     auto& st = *s_;
-    if (r.desc_ && r.pending()) {
+    if (r.cma_open_) {
       if (r.is_send_) {
-        wait_acknowledged(r, c, deadline);                // the receiver has read the bytes
-        wait_buffer(r, *r.parts_[0], true, c, deadline);  // (so the descriptor went out)
+        wait_acknowledged(r, c, deadline);  // the receiver has read the bytes
         detail::cma_ack_words::instance().give(std::exchange(r.ack_, nullptr));
       } else {
-        wait_buffer(r, *r.parts_[0], false, c, deadline);
+        wait_arrival(r, c, deadline);
         read_single_copy(r, c);
       }
-      for (auto& b : r.parts_) retire(std::move(b));
-      r.done_ = r.parts_.size();
+      r.cma_open_ = false;
     }
     while (r.pending()) {
       wait_buffer(r, *r.parts_[r.done_], r.is_send_, c, deadline);
@@ -1073,13 +1102,13 @@ class gloo {
       }
       if (done) return;
       poll(c, deadline, r.peer_);
+      cma_progress(r, c);  // descriptors waiting for room in a peer's inbox
     }
   }
 
   /// `lost` for a request whose pair failed: its posted parts can no longer complete.
   [[noreturn]] void lost(request& r, const detail::call& c, const std::string& gloo_what) {
-    r.parts_.clear();
-    r.done_ = 0;
+    r.forget();
     lost(c, r.peer_, gloo_what);
   }
 
@@ -1095,11 +1124,10 @@ class gloo {
   /// the sender's buffer.
   void read_single_copy(request& r, const detail::call& c) {
     auto& st = *s_;
-    const detail::cma_descriptor d = *r.desc_;
+    const detail::cma_descriptor d = r.msg_->d;
     const pid_t pid = st.cma_pid[static_cast<std::size_t>(r.peer_)];
     auto fail = [&](errc code, const std::string& what) {
-      r.parts_.clear();
-      r.done_ = 0;
+      r.forget();
       const std::string text = "rank " + std::to_string(r.peer_) + " " + what;
       abort_world(st, {code, rank(), r.peer_, text});
       throw error(code, c.name_str(), c.seq, rank(), r.peer_, text);
@@ -1130,8 +1158,7 @@ class gloo {
     std::uint64_t state = 0;
     check(detail::cma_read(pid, &state, d.ack_address, sizeof state));
     if (state == detail::cma_ack_words::abandoned) {
-      r.parts_.clear();
-      r.done_ = 0;
+      r.forget();
       if (auto rec = read_abort(); rec && rec->writer != rank()) raise_recorded(c, *rec);
       fail(errc::aborted, "gave up on its message while this rank read it");
     }
@@ -1139,24 +1166,41 @@ class gloo {
   }
 
   /// Waits until the receiver of single-copy send `r` acknowledged it (read_single_copy writes
-  /// the word). Spins, then yields for a while (the receiver is usually reading by now), then
-  /// sleeps in short naps; polls for aborts, closed connections, mismatches and the deadline
-  /// every 100 ms, as wait_buffer does. Where this machine's ranks outnumber its CPUs it
-  /// neither spins long nor yields (the receiver needs the CPU to read): it naps at once.
+  /// the word), as cma_wait waits.
   void wait_acknowledged(request& r, const detail::call& c, detail::clock::time_point deadline) {
+    const std::uint64_t want = r.msg_->d.ack_value;
+    cma_wait([&] { return r.ack_->load(std::memory_order_acquire) == want; }, r, c, deadline);
+  }
+
+  /// Waits until the descriptor of single-copy receive `r` has arrived, as cma_wait waits.
+  void wait_arrival(request& r, const detail::call& c, detail::clock::time_point deadline) {
+    cma_wait([&] { return r.msg_->arrived; }, r, c, deadline);
+  }
+
+  /// Waits until `done()`, moving every link's descriptors meanwhile (cma_progress). Spins,
+  /// then yields for a while (the peer is usually at work on the message by now), then sleeps
+  /// in short naps; looks at the connection to `r`'s peer every millisecond once it naps (a
+  /// peer that dies is named at once), and polls for aborts, mismatches and the deadline every
+  /// 100 ms, as wait_buffer does. Where this machine's ranks outnumber its CPUs it neither
+  /// spins long nor yields (the peer needs the CPU): it naps at once.
+  template <class Done>
+  void cma_wait(Done done, request& r, const detail::call& c, detail::clock::time_point deadline) {
     using namespace std::chrono_literals;
-    const std::uint64_t want = r.desc_->ack_value;
-    const auto acked = [&] { return r.ack_->load(std::memory_order_acquire) == want; };
+    const auto ready = [&] {
+      cma_progress(r, c);
+      return done();
+    };
     const bool shared_cpus = s_->oversubscribed;
     for (int i = 0, spins = shared_cpus ? 64 : 1024; i < spins; ++i) {
-      if (acked()) return;
+      if (ready()) return;
       detail::cpu_relax();
     }
     const auto start = detail::clock::now();
     const auto yielding = shared_cpus ? 0us : 500us;
     auto next_poll = std::min(start + 100ms, deadline);
+    auto next_look = start;
     std::chrono::microseconds nap = 20us;
-    while (!acked()) {
+    while (!ready()) {
       const auto now = detail::clock::now();
       if (now - start < yielding) {
         std::this_thread::yield();
@@ -1165,10 +1209,78 @@ class gloo {
         nap = std::min<std::chrono::microseconds>(nap * 2, 200us);
       }
       if (s_->aborted) raise_aborted(c, r.peer_);
+      if (now >= next_look) {
+        if (connection_closed(r.peer_)) lost(r, c, "its connection closed");
+        next_look = now + 1ms;
+      }
       if (now >= next_poll) {
         poll(c, deadline, r.peer_);
         next_poll = std::min(detail::clock::now() + 100ms, deadline);
       }
+    }
+  }
+
+  /// Moves single-copy descriptors on every link: takes those that peers wrote into this
+  /// rank's mailbox (each to the first posted receive of its slot, or kept until one is
+  /// posted), and writes those that waited for room into the peers' inboxes. `r` and `c` name
+  /// the message and call a failure is raised for.
+  void cma_progress(request& r, const detail::call& c) {
+    auto& st = *s_;
+    for (std::size_t q = 0; q < st.cma_links.size(); ++q) {
+      if (st.cma_pid[q] == 0) continue;
+      auto& link = st.cma_links[q];
+      auto& box = st.mailbox[q + 1];
+      for (;;) {
+        auto& e = box.entries[link.taken % detail::cma_inbox::capacity];
+        if (e.stamp.load(std::memory_order_acquire) != link.taken + 1) break;
+        const detail::cma_inbox::body got{e.slot, e.d};
+        box.taken.store(++link.taken, std::memory_order_release);
+        const auto it =
+            std::find_if(link.posted.begin(), link.posted.end(),
+                         [&](const detail::cma_message* m) { return m->slot == got.slot; });
+        if (it == link.posted.end()) {
+          link.arrived.push_back(got);
+        } else {
+          (*it)->d = got.d;
+          (*it)->arrived = true;
+          link.posted.erase(it);
+        }
+      }
+      if (!link.outbox.empty()) cma_flush(static_cast<int>(q), r, c);
+    }
+  }
+
+  /// Writes the descriptors waiting in the outbox of the link to `peer` into the peer's inbox,
+  /// as far as it has room: each entry's body, then (after a fence) its stamp.
+  void cma_flush(int peer, request& r, const detail::call& c) {
+    auto& st = *s_;
+    auto& link = st.cma_links[static_cast<std::size_t>(peer)];
+    const pid_t pid = st.cma_pid[static_cast<std::size_t>(peer)];
+    const auto check = [&](int err, const char* call) {
+      if (err == 0) return;
+      const std::string why = std::string(call) + ": " + std::generic_category().message(err);
+      r.forget();
+      if (err == ESRCH) lost(c, peer, "its process is gone (" + why + ")");
+      const std::string text =
+          "rank " + std::to_string(peer) + "'s mailbox could not be written (" + why + ")";
+      abort_world(st, {errc::transport_failure, rank(), peer, text});
+      throw error(errc::transport_failure, c.name_str(), c.seq, rank(), peer, text);
+    };
+    constexpr auto cap = detail::cma_inbox::capacity;
+    while (!link.outbox.empty()) {
+      if (link.sent - link.room_seen >= cap) {
+        check(detail::cma_read(pid, &link.room_seen, link.inbox, sizeof link.room_seen),
+              "process_vm_readv");
+        if (link.sent - link.room_seen >= cap) return;
+      }
+      const std::uint64_t at = link.inbox + detail::cma_inbox::entry_offset(link.sent);
+      check(detail::cma_transfer(pid, &link.outbox.front(), at, sizeof(detail::cma_inbox::body),
+                                 true),
+            "process_vm_writev");
+      std::atomic_thread_fence(std::memory_order_seq_cst);  // the body before the stamp
+      check(detail::cma_write_word(pid, ++link.sent, at + detail::cma_inbox::stamp_offset),
+            "process_vm_writev");
+      link.outbox.pop_front();
     }
   }
 
@@ -1183,10 +1295,13 @@ class gloo {
     r.parts_.push_back(std::move(b));
   }
 
-  /// Posts a single-copy message: its descriptor's send (with a fresh acknowledgement word) or
-  /// receive.
+  /// Posts a single-copy message. A send takes a fresh acknowledgement word and writes its
+  /// descriptor into the peer's inbox (or, while that is full, into the link's outbox); a
+  /// receive claims the first descriptor of its slot that arrived unclaimed, or waits for one
+  /// among the link's posted receives (cma_progress).
   request post_single_copy(int peer, std::byte* p, std::size_t bytes, const detail::call& c,
                            std::uint64_t tag, bool is_send) {
+    auto& link = s_->cma_links[static_cast<std::size_t>(peer)];
     request r;
     r.s_ = s_;
     r.peer_ = peer;
@@ -1194,22 +1309,26 @@ class gloo {
     r.total_ = bytes;
     r.part_bytes_ = bytes;
     r.data_ = p;
-    r.desc_ = std::make_unique<detail::cma_descriptor>();
-    const std::uint64_t slot =
-        detail::gloo_cma_prefix |
-        (detail::gloo_slot(c, detail::space::collective, tag, bytes) & detail::gloo_slot_mask);
-    try {
-      const detail::sigpipe_guard no_sigpipe;
-      constexpr std::size_t n = sizeof(detail::cma_descriptor);
-      if (is_send) {
-        const auto [word, value] = detail::cma_ack_words::instance().take();
-        r.ack_ = word;
-        *r.desc_ = {reinterpret_cast<std::uintptr_t>(p), bytes,
-                    reinterpret_cast<std::uintptr_t>(word), value};
+    r.msg_ = std::make_unique<detail::cma_message>();
+    r.msg_->slot = detail::gloo_slot(c, detail::space::collective, tag, bytes);
+    r.cma_open_ = true;
+    if (is_send) {
+      const auto [word, value] = detail::cma_ack_words::instance().take();
+      r.ack_ = word;
+      r.msg_->d = {reinterpret_cast<std::uintptr_t>(p), bytes,
+                   reinterpret_cast<std::uintptr_t>(word), value};
+      link.outbox.push_back({r.msg_->slot, r.msg_->d});
+      cma_flush(peer, r, c);
+    } else {
+      const auto it = std::find_if(link.arrived.begin(), link.arrived.end(),
+                                   [&](const auto& got) { return got.slot == r.msg_->slot; });
+      if (it == link.arrived.end()) {
+        link.posted.push_back(r.msg_.get());
+      } else {
+        r.msg_->d = it->d;
+        r.msg_->arrived = true;
+        link.arrived.erase(it);
       }
-      post_part(r, r.desc_.get(), n, slot, is_send);
-    } catch (const std::exception& e) {
-      lost(r, c, e.what());
     }
     return r;
   }
@@ -1262,14 +1381,15 @@ class gloo {
       mine.host = detail::cma_host_identity();
       mine.pid = ::getpid();
       std::random_device rd;
-      st.cma_word = ((std::uint64_t{rd()} << 32) ^ rd()) | 1;
-      mine.address = reinterpret_cast<std::uintptr_t>(&st.cma_word);
-      mine.value = st.cma_word;
+      mine.value = ((std::uint64_t{rd()} << 32) ^ rd()) | 1;
+      st.mailbox = detail::cma_mailbox::make(st.size, mine.value);
+      mine.address = reinterpret_cast<std::uintptr_t>(st.mailbox);
     }
     const auto key = [&](const char* what, int q) { return st.prefix + what + std::to_string(q); };
     st.store->set_string(key("cma/", st.rank), mine.encode());
     std::string readable(n, '0');
     std::vector<pid_t> pids(n, 0);
+    st.cma_links.assign(n, {});
     std::string refused;
     for (int q = 0; q < st.size; ++q) {
       if (q == st.rank) continue;
@@ -1284,6 +1404,8 @@ class gloo {
       if (err == 0 && got == theirs->value) {
         readable[static_cast<std::size_t>(q)] = '1';
         pids[static_cast<std::size_t>(q)] = theirs->pid;
+        st.cma_links[static_cast<std::size_t>(q)].inbox =
+            detail::cma_mailbox::inbox_address(theirs->address, st.rank);
       } else {
         refused += " " + std::to_string(q) + " (" +
                    (err != 0 ? std::generic_category().message(err) : std::string("wrong word")) +
