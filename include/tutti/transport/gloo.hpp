@@ -1209,12 +1209,17 @@ class gloo {
         nap = std::min<std::chrono::microseconds>(nap * 2, 200us);
       }
       if (s_->aborted) raise_aborted(c, r.peer_);
-      if (now >= next_look) {
-        if (connection_closed(r.peer_)) lost(r, c, "its connection closed");
+      if (now >= next_look || now >= next_poll) {
+        // A peer that wrote its last word and exited closes its connection after the write:
+        // seen closed, the wait may have been met meanwhile.
+        if (connection_closed(r.peer_)) {
+          if (ready()) return;
+          lost(r, c, "its connection closed");
+        }
         next_look = now + 1ms;
       }
       if (now >= next_poll) {
-        poll(c, deadline, r.peer_);
+        poll(c, deadline, r.peer_, false);
         next_poll = std::min(detail::clock::now() + 100ms, deadline);
       }
     }
@@ -1785,13 +1790,14 @@ class gloo {
   /// Before every further slice of a slow wait: another rank's abort, a mismatched call, the
   /// deadline. A timeout names the peer whose beat stood still (stopped, or computing outside
   /// tutti for longer than the timeout) whoever this rank waited on, in the abort record too.
-  void poll(const detail::call& c, detail::clock::time_point deadline, int peer) {
+  void poll(const detail::call& c, detail::clock::time_point deadline, int peer,
+            bool look_at_peer = true) {
     auto& st = *s_;
     watch_beats(detail::clock::now());
     if (auto rec = read_abort(); rec && rec->writer != rank()) raise_recorded(c, *rec);
     // Gloo wakes a receive whose connection closed, not a send waiting for the peer to post
-    // its receive: ask the sentinel.
-    if (peer >= 0 && connection_closed(peer))
+    // its receive: ask the sentinel (unless the caller does, as cma_wait).
+    if (look_at_peer && peer >= 0 && connection_closed(peer))
       lost(c, peer, "its connection closed while this rank waited to send to it");
     const bool collective = c.compared();
     std::string theirs_text;
