@@ -625,11 +625,20 @@ class gloo {
       forget();
       if (s_ && !staging_.empty()) s_->give_staging(std::move(staging_));
     }
-    /// Drops what is left of the message (its world is lost or aborted): its Gloo parts, and a
-    /// single-copy receive's place among the receives waiting for a descriptor.
+    /// Drops what is left of the message (its world is lost or aborted): its Gloo parts, a
+    /// single-copy send's descriptor still waiting for room in the peer's inbox (never to be
+    /// written: the peer would find it abandoned, or its buffer gone), and a single-copy
+    /// receive's place among the receives waiting for a descriptor.
     void forget() noexcept {
-      if (cma_open_ && !is_send_ && s_ && !msg_->arrived)
-        std::erase(s_->cma_links[static_cast<std::size_t>(peer_)].posted, msg_.get());
+      if (cma_open_ && s_) {
+        auto& link = s_->cma_links[static_cast<std::size_t>(peer_)];
+        if (is_send_)
+          std::erase_if(link.outbox, [&](const detail::cma_inbox::body& e) {
+            return e.d.ack_address == msg_->d.ack_address;
+          });
+        else if (!msg_->arrived)
+          std::erase(link.posted, msg_.get());
+      }
       cma_open_ = false;
       parts_.clear();
       done_ = 0;
@@ -1088,19 +1097,26 @@ class gloo {
   void wait_buffer(request& r, ::gloo::transport::UnboundBuffer& b, bool is_send,
                    const detail::call& c, detail::clock::time_point deadline) {
     auto& st = *s_;
-    constexpr auto slice = std::chrono::milliseconds(100);
-    constexpr auto far = std::chrono::hours(24 * 365);
-    for (;;) {
-      bool done = false;
+    const auto wait_until = [&](detail::clock::time_point due) {
+      constexpr auto far = std::chrono::hours(24 * 365);
       try {
-        st.waker.arm(&b, is_send, std::min(deadline, detail::clock::now() + slice));
-        done = is_send ? b.waitSend(nullptr, far) : b.waitRecv(nullptr, far);
+        st.waker.arm(&b, is_send, std::min(deadline, due));
+        const bool done = is_send ? b.waitSend(nullptr, far) : b.waitRecv(nullptr, far);
         st.waker.disarm();
+        return done;
       } catch (const std::exception& e) {
         st.waker.disarm();
         lost(r, c, e.what());
       }
-      if (done) return;
+    };
+    for (;;) {
+      if (wait_until(detail::clock::now() + std::chrono::milliseconds(100))) return;
+      // A peer that sent its last message and exited closes its connection right after: a
+      // slice cut just as the message completed leaves the completion with Gloo (a cut wait
+      // returns false even then), so look once more before poll calls the peer lost. A
+      // finished message returns at once; one that cannot finish fails or is cut at the
+      // waker's next tick.
+      if (connection_closed(r.peer_) && wait_until(detail::clock::now())) return;
       poll(c, deadline, r.peer_);
       cma_progress(r, c);  // descriptors waiting for room in a peer's inbox
     }
@@ -1116,6 +1132,20 @@ class gloo {
     auto& st = *s_;
     st.retired.push_back(std::move(b));
     if (st.retired.size() > 64) st.retired.pop_front();
+  }
+
+  /// A process_vm_readv (or, `write`, process_vm_writev) with `peer` for `r` failed with `err`:
+  /// ESRCH (its process is gone) raises errc::peer_lost as `lost` does; anything else aborts
+  /// the world and raises errc::transport_failure: "rank <peer><what> (<call>: <reason>)".
+  [[noreturn]] void cma_failed(request& r, const detail::call& c, int peer, int err, bool write,
+                               std::string_view what) {
+    const std::string call = write ? "process_vm_writev" : "process_vm_readv";
+    r.forget();
+    if (err == ESRCH) lost(c, peer, "its process is gone (" + call + ": ESRCH)");
+    const std::string text = "rank " + std::to_string(peer) + std::string(what) + " (" + call +
+                             ": " + std::generic_category().message(err) + ")";
+    abort_world(*s_, {errc::transport_failure, rank(), peer, text});
+    throw error(errc::transport_failure, c.name_str(), c.seq, rank(), peer, text);
   }
 
   /// A single-copy receive whose descriptor has arrived: reads the bytes out of the sender
@@ -1136,12 +1166,9 @@ class gloo {
       fail(errc::mismatch, "sent " + std::to_string(d.bytes) + " bytes where this rank expected " +
                                std::to_string(r.total_));
     auto check = [&](int err, bool write = false) {
-      if (err == 0) return;
-      const std::string call = write ? "process_vm_writev" : "process_vm_readv";
-      if (err == ESRCH) lost(r, c, "its process is gone (" + call + ": ESRCH)");
-      fail(errc::transport_failure, std::string("could not be ") + (write ? "written" : "read") +
-                                        " (" + call + ": " + std::generic_category().message(err) +
-                                        ")");
+      if (err != 0)
+        cma_failed(r, c, r.peer_, err, write,
+                   write ? " could not be written" : " could not be read");
     };
     if (r.reduce_into_ != nullptr) {
       const std::size_t chunk = std::min(r.staging_.size(), single_copy_chunk);
@@ -1261,32 +1288,25 @@ class gloo {
     auto& st = *s_;
     auto& link = st.cma_links[static_cast<std::size_t>(peer)];
     const pid_t pid = st.cma_pid[static_cast<std::size_t>(peer)];
-    const auto check = [&](int err, const char* call) {
-      if (err == 0) return;
-      const std::string why = std::string(call) + ": " + std::generic_category().message(err);
-      r.forget();
-      if (err == ESRCH) lost(c, peer, "its process is gone (" + why + ")");
-      const std::string text =
-          "rank " + std::to_string(peer) + "'s mailbox could not be written (" + why + ")";
-      abort_world(st, {errc::transport_failure, rank(), peer, text});
-      throw error(errc::transport_failure, c.name_str(), c.seq, rank(), peer, text);
+    const auto check = [&](int err, bool write) {
+      if (err != 0)
+        cma_failed(r, c, peer, err, write,
+                   write ? "'s mailbox could not be written" : "'s mailbox could not be read");
     };
     constexpr auto cap = detail::cma_inbox::capacity;
     while (!link.outbox.empty()) {
       if (link.sent - link.room_seen >= cap) {
-        check(detail::cma_read(pid, &link.room_seen, link.inbox, sizeof link.room_seen),
-              "process_vm_readv");
+        check(detail::cma_read(pid, &link.room_seen, link.inbox, sizeof link.room_seen), false);
         if (link.sent - link.room_seen >= cap) return;
       }
       const std::uint64_t at = link.inbox + detail::cma_inbox::entry_offset(link.sent);
       check(detail::cma_transfer(pid, &link.outbox.front(), at, sizeof(detail::cma_inbox::body),
                                  true),
-            "process_vm_writev");
+            true);
 #if !defined(__SANITIZE_THREAD__)  // (ThreadSanitizer rejects fences, and sees no other process)
       std::atomic_thread_fence(std::memory_order_seq_cst);  // the body before the stamp
 #endif
-      check(detail::cma_write_word(pid, ++link.sent, at + detail::cma_inbox::stamp_offset),
-            "process_vm_writev");
+      check(detail::cma_write_word(pid, ++link.sent, at + detail::cma_inbox::stamp_offset), true);
       link.outbox.pop_front();
     }
   }
@@ -1314,7 +1334,6 @@ class gloo {
     r.peer_ = peer;
     r.is_send_ = is_send;
     r.total_ = bytes;
-    r.part_bytes_ = bytes;
     r.data_ = p;
     r.msg_ = std::make_unique<detail::cma_message>();
     r.msg_->slot = detail::gloo_slot(c, detail::space::collective, tag, bytes);
