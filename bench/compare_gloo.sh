@@ -2,15 +2,20 @@
 # tutti's policies over Gloo's TCP transport next to Gloo's own all-reduce algorithms, in one
 # invocation on one machine, float sum over loopback, results checked by the programs:
 #   tutti-bench all_reduce --transport gloo --np NP --algo A     (tutti's policies)
+#   TUTTI_GLOO_CMA=0 tutti-bench ... --algo automatic             (automatic_tcp)
 #   tutti-bench-gloo all_reduce --np NP --algo X                  (gloo_X: Gloo's own)
 # both out of place where the algorithm has that form, time = the slowest rank's mean (-a 3).
+# tutti's policies send collective messages between ranks on one host as single copies where
+# the host allows it (README, "Across hosts"); automatic_tcp keeps every message on Gloo's TCP
+# pairs, the very transport Gloo's own algorithms use.
 #
 #   bench/compare_gloo.sh [build-dir]        (default: build/release)
 #
 # Runs every algorithm ROUNDS times, the algorithms interleaved within each round so slow drift
 # on a noisy machine hits all alike; keeps each algorithm's best (lowest) time per size; prints a
 # markdown table per rank count: time in microseconds per size, and which of Gloo's own
-# algorithms was fastest next to the ratio tutti automatic / that best.
+# algorithms was fastest next to the ratios tutti automatic / that best and automatic_tcp /
+# that best.
 #
 # Environment:
 #   MINBYTES (4)  MAXBYTES (256M)   sizes, nccl-tests syntax (K/M/G)
@@ -49,7 +54,7 @@ maxbytes="${MAXBYTES:-256M}"
 nps="${NPS:-2 4}"
 rounds="${ROUNDS:-2}"
 run_timeout="${RUN_TIMEOUT:-1800}"
-read -r -a algos <<<"${ALGOS:-automatic ring recursive_halving tree recursive_doubling native gloo_ring gloo_bcube gloo_ring_chunked gloo_halving_doubling}"
+read -r -a algos <<<"${ALGOS:-automatic automatic_tcp ring recursive_halving tree recursive_doubling native gloo_ring gloo_bcube gloo_ring_chunked gloo_halving_doubling}"
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"
 prio=()
 if [[ -n "${PRIO:-}" ]]; then
@@ -81,6 +86,8 @@ for np in $nps; do
         cmd=("$peer" all_reduce --algo "${a#gloo_}")
         # ring and bcube have both forms; the classic classes only in place
         [[ "$a" == gloo_ring || "$a" == gloo_bcube ]] && cmd+=(--placement out-of-place)
+      elif [[ "$a" == automatic_tcp ]]; then
+        cmd=(env TUTTI_GLOO_CMA=0 "$bin" all_reduce --transport gloo --algo automatic --placement out-of-place)
       else
         cmd=("$bin" all_reduce --transport gloo --algo "$a" --placement out-of-place)
       fi
@@ -110,16 +117,16 @@ for a in algos:
             best[key] = min(best.get(key, t), t)
 sizes = sorted({s for (_, s) in best})
 gloo = [a for a in algos if a.startswith("gloo_")]
-print("| bytes | " + " | ".join(algos) + " | best Gloo | automatic / best Gloo |")
-print("|---:|" + "---:|" * len(algos) + "---|---:|")
+ours = [a for a in ("automatic", "automatic_tcp") if a in algos]
+print("| bytes | " + " | ".join(algos) + " | best Gloo | " +
+      " | ".join(f"{a} / best Gloo" for a in ours) + " |")
+print("|---:|" + "---:|" * len(algos) + "---|" + "---:|" * len(ours))
 for s in sizes:
     cells = [f"{best[(a, s)]:.1f}" if (a, s) in best else "–" for a in algos]
     g = [(best[(a, s)], a) for a in gloo if (a, s) in best]
-    ratio, name = "–", "–"
-    if g and ("automatic", s) in best:
-        t, name = min(g)
-        ratio = f"{best[('automatic', s)] / t:.2f}"
-    print(f"| {s} | " + " | ".join(cells) + f" | {name} | {ratio} |")
+    name = min(g)[1] if g else "–"
+    ratios = [f"{best[(a, s)] / min(g)[0]:.2f}" if g and (a, s) in best else "–" for a in ours]
+    print(f"| {s} | " + " | ".join(cells) + f" | {name} | " + " | ".join(ratios) + " |")
 print()
 PY
 done

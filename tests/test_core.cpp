@@ -739,15 +739,13 @@ TEST_CASE("automatic picks latency policies for small and bandwidth policies for
 }
 
 TEST_CASE("automatic on a crowded host weighs every rank's messages: tree where they dominate") {
-  // tutti::gloo's costs, single copies from 512 KiB, 4 ranks (bench/RESULTS.md: on 2 CPUs,
-  // tree is twice as fast as recursive doubling up to 4 KiB and fastest to 2 MiB; recursive
-  // halving and ring from 16 MiB).
+  // tutti::gloo's costs on one host, 4 ranks: single copies (gloo::world_costs) and Gloo's TCP
+  // pairs alone (TUTTI_GLOO_CMA=0). bench/RESULTS.md, on 2 CPUs: tree beats recursive doubling
+  // up to 256 KiB, recursive halving wins from 1 MiB.
   tutti::cost_model m{.alpha_us = 40.0,
                       .beta_us_per_byte = 1.0 / 1500.0,
                       .gamma_us_per_byte = 1.0 / 8000.0,
-                      .segment_beta_us_per_byte = 1.0 / 1500.0,
-                      .copy_min_bytes = std::size_t{512} << 10,
-                      .copy_beta_us_per_byte = 1.0 / 6500.0};
+                      .segment_beta_us_per_byte = 1.0 / 1500.0};
   auto runs = [](policy_id id) {
     return id == policy_id::ring || id == policy_id::tree || id == policy_id::recursive_halving ||
            id == policy_id::recursive_doubling;
@@ -758,18 +756,25 @@ TEST_CASE("automatic on a crowded host weighs every rank's messages: tree where 
                                     tutti::detail::algo_table{}, runs);
   };
   const std::size_t mib = std::size_t{1} << 20;
-  for (double per_cpu : {0.0, 0.5, 1.0}) {  // unknown or not crowded: the slowest rank's path
-    CAPTURE(per_cpu);
-    CHECK(pick(8, 4, per_cpu) == policy_id::recursive_doubling);
-    CHECK(pick(4096, 4, per_cpu) == policy_id::recursive_doubling);
-    CHECK(pick(2 * mib, 4, per_cpu) == policy_id::recursive_halving);
+  for (const bool single_copies : {false, true}) {
+    CAPTURE(single_copies);
+    if (single_copies) {  // gloo::single_copy_alpha_us, single_copy_beta_us_per_byte
+      m.alpha_us = 5.0;
+      m.beta_us_per_byte = 1.0 / 6500.0;
+    }
+    for (double per_cpu : {0.0, 0.5, 1.0}) {  // unknown or not crowded: the slowest rank's path
+      CAPTURE(per_cpu);
+      CHECK(pick(8, 4, per_cpu) == policy_id::recursive_doubling);
+      CHECK(pick(4096, 4, per_cpu) == policy_id::recursive_doubling);
+      CHECK(pick(2 * mib, 4, per_cpu) == policy_id::recursive_halving);
+    }
+    CHECK(pick(8, 4, 2.0) == policy_id::tree);
+    CHECK(pick(4096, 4, 2.0) == policy_id::tree);
+    CHECK(pick(256 << 10, 4, 2.0) == policy_id::tree);
+    CHECK(pick(mib, 4, 2.0) == policy_id::recursive_halving);
+    CHECK(pick(16 * mib, 4, 2.0) == policy_id::recursive_halving);
+    CHECK(pick(256 * mib, 4, 2.0) == policy_id::recursive_halving);
   }
-  CHECK(pick(8, 4, 2.0) == policy_id::tree);
-  CHECK(pick(4096, 4, 2.0) == policy_id::tree);
-  CHECK(pick(256 << 10, 4, 2.0) == policy_id::tree);
-  CHECK(pick(2 * mib, 4, 2.0) == policy_id::tree);
-  CHECK(pick(16 * mib, 4, 2.0) == policy_id::recursive_halving);
-  CHECK(pick(256 * mib, 4, 2.0) == policy_id::recursive_halving);
   // Crowded, one rank: nothing to send.
   CHECK(pick(8, 1, 2.0) != policy_id::count_);
   // Other collectives keep the path model (only all_reduce has been measured crowded).

@@ -23,6 +23,7 @@
 #include <string_view>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -38,20 +39,32 @@ namespace {
 using gloo_types = std::tuple<std::int8_t, tutti::bfloat16, std::uint16_t, std::int32_t, float,
                               double, std::uint64_t, long double>;
 
+// Each size twice: collective messages as single copies (where this host lets siblings read
+// each other's memory), then through Gloo's TCP pairs alone (TUTTI_GLOO_CMA=0). Once for
+// native: Gloo's own collectives send every byte themselves.
 template <class P>
 void sweep_policy(const std::vector<int>& sizes) {
-  for (int p : sizes) {
-    CAPTURE(p);
-    const int rc = tutti::spawn(p, [] {
-      auto comm = tutti::communicator<tutti::gloo, P>::from_env();
-      suite::failures f;
-      suite::run_suite<P, gloo_types>(comm, f);
-      if (f.count.load() == 0) return 0;
-      std::fprintf(stderr, "%s rank %d: %ld failures\n%s", P::name, comm.rank(), f.count.load(),
-                   f.text().c_str());
-      return 1;
-    });
-    CHECK_MESSAGE(rc == 0, P::name << " at " << p << " ranks failed (see stderr)");
+  for (const bool tcp_only : {false, true}) {
+    if (tcp_only && std::is_same_v<P, tutti::native>) continue;
+    CAPTURE(tcp_only);
+    scoped_env env;
+    if (tcp_only)
+      ::setenv("TUTTI_GLOO_CMA", "0", 1);
+    else
+      ::unsetenv("TUTTI_GLOO_CMA");
+    for (int p : sizes) {
+      CAPTURE(p);
+      const int rc = tutti::spawn(p, [] {
+        auto comm = tutti::communicator<tutti::gloo, P>::from_env();
+        suite::failures f;
+        suite::run_suite<P, gloo_types>(comm, f);
+        if (f.count.load() == 0) return 0;
+        std::fprintf(stderr, "%s rank %d: %ld failures\n%s", P::name, comm.rank(), f.count.load(),
+                     f.text().c_str());
+        return 1;
+      });
+      CHECK_MESSAGE(rc == 0, P::name << " at " << p << " ranks failed (see stderr)");
+    }
   }
 }
 
@@ -118,9 +131,9 @@ TEST_CASE("large collective messages travel in parts that pair up on both ends")
   if (!siblings_can_read)
     MESSAGE("siblings may not read each other's memory here (Yama, seccomp): TCP only");
   // Blocks just under, at and over the part boundaries, split unevenly across ranks, through
-  // every policy that sends large blocks point to point; exact int32 sums. The sizes cross
-  // single_copy_min too: with single copies on every rank; on none (TUTTI_GLOO_CMA=0); on every
-  // rank but 0 (its pairs stay on TCP, the others' do not).
+  // every policy that sends large blocks point to point; exact int32 sums. With single copies
+  // on every rank; on none (TUTTI_GLOO_CMA=0); on every rank but 0 (its pairs stay on TCP, the
+  // others' do not).
   for (const char* mode : {"on", "off", "off on rank 0"}) {
     for (int p : {2, 3}) {
       CAPTURE(mode);
@@ -154,11 +167,12 @@ TEST_CASE("large collective messages travel in parts that pair up on both ends")
                        comm.transport().host_ranks(), costs.ranks_per_cpu);
           return 1;
         }
-        if (costs.copy_min_bytes != (every_pair ? gloo::single_copy_min : 0) ||
-            costs.copy_beta_us_per_byte !=
-                (every_pair ? gloo::single_copy_beta_us_per_byte : 0.0) ||
-            costs.alpha_us != gloo::costs.alpha_us) {
-          std::fprintf(stderr, "rank %d: copy_min_bytes %zu\n", comm.rank(), costs.copy_min_bytes);
+        if (costs.alpha_us != (every_pair ? gloo::single_copy_alpha_us : gloo::costs.alpha_us) ||
+            costs.beta_us_per_byte !=
+                (every_pair ? gloo::single_copy_beta_us_per_byte : gloo::costs.beta_us_per_byte) ||
+            costs.gamma_us_per_byte != gloo::costs.gamma_us_per_byte) {
+          std::fprintf(stderr, "rank %d: alpha %g, beta %g\n", comm.rank(), costs.alpha_us,
+                       costs.beta_us_per_byte);
           return 1;
         }
         const std::size_t k = gloo::part_min / sizeof(std::int32_t);
@@ -209,7 +223,7 @@ TEST_CASE("single copies: more messages in flight than an inbox holds, matched a
     c.seq = 1;
     c.elem_size = 4;
     constexpr int messages = static_cast<int>(tutti::detail::cma_inbox::capacity) + 9;
-    constexpr std::size_t words = tutti::gloo::single_copy_min / sizeof(std::int32_t);
+    constexpr std::size_t words = std::size_t{1} << 17;  // 512 KiB each
     const auto tag = [](int m) { return static_cast<std::uint64_t>(m % 64); };
     const auto value = [](int from, int m, std::size_t i) {
       return static_cast<std::int32_t>(m * 1000003 + static_cast<int>(i) + from * 7);

@@ -54,17 +54,13 @@ template <class T>
 /// CPUs, so a call takes at least the work of all its ranks spread over the CPUs — every
 /// message's α (stretched by the ranks per CPU: a rank woken by a message waits for a CPU),
 /// bytes and reduction — as well as the slowest rank's path. Counts the world's ranks as if
-/// they all shared the most crowded host. Messages of `copy_min_bytes` or more cost
-/// `copy_beta_us_per_byte` a byte. On 4 ranks sharing 2 CPUs this picks tree up to a few MiB,
-/// then recursive halving, where the path alone picks recursive doubling (bench/RESULTS.md:
-/// twice as slow as tree there up to 4 KiB). Nothing for other policies.
+/// they all shared the most crowded host. On 4 ranks sharing 2 CPUs this picks tree up to a
+/// few MiB, then recursive halving, where the path alone picks recursive doubling
+/// (bench/RESULTS.md: twice as slow as tree there up to 4 KiB). Nothing for other policies.
 [[nodiscard]] inline std::optional<double> crowded_all_reduce(policy_id pol, double n, int ranks,
                                                               const cost_model& m) noexcept {
   const double p = ranks, a = m.alpha_us, g = m.gamma_us_per_byte, r = m.ranks_per_cpu;
-  const auto msg = [&](double bytes) {  // β-time of one message
-    const bool copy = m.copy_min_bytes > 0 && bytes >= static_cast<double>(m.copy_min_bytes);
-    return bytes * (copy ? m.copy_beta_us_per_byte : m.beta_us_per_byte);
-  };
+  const auto msg = [&](double bytes) { return bytes * m.beta_us_per_byte; };  // β-time of one
   const double lg = std::ceil(std::log2(p));
   const bool pow2 = (ranks & (ranks - 1)) == 0;
   const double fold = pow2 ? 0.0 : 2 * (a + msg(n)) + n * g;

@@ -14,10 +14,6 @@ struct cost_model {
   double gamma_us_per_byte = 1e-4;
   /// Copying a byte into or out of the shared segment (direct's schedules); 0: same as β.
   double segment_beta_us_per_byte = 0.0;
-  /// Messages of at least `copy_min_bytes` cost `copy_beta_us_per_byte` per byte instead of β
-  /// (tutti::gloo's single copies between ranks on one host); 0: no such messages.
-  std::size_t copy_min_bytes = 0;
-  double copy_beta_us_per_byte = 0.0;
   /// Ranks per CPU on the world's most crowded host; above 1, ranks wait for CPUs as well as
   /// for messages, and tutti::automatic weighs the work of every rank of that host, not only
   /// the slowest rank's path (detail::predicted_cost). 0: not known (taken as not crowded).

@@ -680,16 +680,19 @@ class gloo {
     return elems * elem;
   }
 
-  /// Collective messages of at least this many bytes between ranks on one host travel as a
-  /// single copy (detail/cma.hpp) where the probe at bootstrap found it possible and
-  /// TUTTI_GLOO_CMA is not 0: the sender writes a descriptor into the receiver's mailbox
-  /// (detail::cma_inbox), the receiver reads the bytes straight out of the sender's memory
-  /// (reducing them, in cache-sized chunks, as it reads) and acknowledges in a word of the
-  /// sender's. Through loopback TCP the bytes would be copied twice, into the kernel and out.
-  /// Smaller messages stay on Gloo's TCP pairs, like everything between hosts.
-  static constexpr std::size_t single_copy_min = std::size_t{512} << 10;
-  /// β of a single copy, fitted on the 2-core VM of bench/RESULTS.md: a 4 MiB recursive
-  /// doubling step (read and reduce 4 MiB) takes about 1.2 ms, α + n(β + γ) with γ = 1/8000.
+  /// Collective messages between ranks on one host travel as single copies (detail/cma.hpp)
+  /// where the probe at bootstrap found it possible and TUTTI_GLOO_CMA is not 0: the sender
+  /// writes a descriptor into the receiver's mailbox (detail::cma_inbox), the receiver reads
+  /// the bytes straight out of the sender's memory (reducing them, in cache-sized chunks, as it
+  /// reads) and acknowledges in a word of the sender's. Through loopback TCP the bytes would be
+  /// copied twice, into the kernel and out, and every message would wake Gloo's loop threads
+  /// on both sides: a 4-byte all-reduce of 2 ranks takes about 5 µs this way, 50 µs through
+  /// TCP (bench/RESULTS.md). Everything between hosts, and point-to-point messages, stay on
+  /// Gloo's TCP pairs.
+  /// α and β of a single copy, fitted on the 2-core VM of bench/RESULTS.md: a 4-byte recursive
+  /// doubling step (a descriptor, a read, an acknowledgement) takes about 5 µs; a 4 MiB one
+  /// (read and reduce 4 MiB) about 1.2 ms, α + n(β + γ) with γ = 1/8000.
+  static constexpr double single_copy_alpha_us = 5.0;
   static constexpr double single_copy_beta_us_per_byte = 1.0 / 6500.0;
   /// The chunk a reducing single-copy receive reads and reduces at a time.
   static constexpr std::size_t single_copy_chunk = std::size_t{256} << 10;
@@ -700,23 +703,22 @@ class gloo {
   [[nodiscard]] int size() const noexcept { return s_->size; }
   /// The address this rank's TCP device listens on.
   [[nodiscard]] const std::string& address() const noexcept { return s_->address; }
-  /// Whether large collective messages to and from `peer` travel as single copies
-  /// (single_copy_min): it runs on this host, in this PID and network namespace, and each of
-  /// the two can read the other's memory.
+  /// Whether collective messages to and from `peer` travel as single copies: it runs on this host,
+  /// in this PID and network namespace, and each of the two can read the other's memory.
   [[nodiscard]] bool single_copy(int peer) const noexcept {
     return peer >= 0 && static_cast<std::size_t>(peer) < s_->cma_pid.size() &&
            s_->cma_pid[static_cast<std::size_t>(peer)] != 0;
   }
   /// Ranks of this world on this rank's machine, this one included (same kernel boot).
   [[nodiscard]] int host_ranks() const noexcept { return s_->host_ranks; }
-  /// `costs` with what this world found at run time, for tutti::automatic: single copies'
-  /// cost where every pair has them (a world on one host), and the ranks per CPU of its most
+  /// `costs` with what this world found at run time, for tutti::automatic: single copies' α
+  /// and β where every pair has them (a world on one host), and the ranks per CPU of its most
   /// crowded machine. The same on every rank.
   [[nodiscard]] cost_model world_costs() const noexcept {
     cost_model m = costs;
     if (s_->single_copy_world) {
-      m.copy_min_bytes = single_copy_min;
-      m.copy_beta_us_per_byte = single_copy_beta_us_per_byte;
+      m.alpha_us = single_copy_alpha_us;
+      m.beta_us_per_byte = single_copy_beta_us_per_byte;
     }
     m.ranks_per_cpu = s_->ranks_per_cpu;
     return m;
@@ -741,7 +743,7 @@ class gloo {
   /// message`) part by part as the parts arrive, at `wait`.
   [[nodiscard]] request irecv_reduce(int peer, std::span<std::byte> inout, const detail::call& c) {
     // A single copy reads chunk by chunk into a chunk's staging; TCP parts land in a whole one.
-    const bool single = cma_to(peer, inout.size(), detail::space::collective);
+    const bool single = cma_to(peer, detail::space::collective);
     std::vector<std::byte> staging =
         s_->take_staging(single ? std::min(inout.size(), single_copy_chunk) : inout.size());
     request r = post(peer, staging.data(), inout.size(), c, detail::space::collective, 0, false);
@@ -1088,9 +1090,9 @@ class gloo {
   }
 
  private:
-  /// Whether a message of `bytes` in space `sp` to or from `peer` travels as a single copy.
-  [[nodiscard]] bool cma_to(int peer, std::size_t bytes, detail::space sp) const noexcept {
-    return sp == detail::space::collective && bytes >= single_copy_min && single_copy(peer);
+  /// Whether a message in space `sp` to or from `peer` travels as a single copy.
+  [[nodiscard]] bool cma_to(int peer, detail::space sp) const noexcept {
+    return sp == detail::space::collective && single_copy(peer);
   }
 
   /// Waits in slices for one Gloo send or receive of `r` (see wait).
@@ -1471,7 +1473,7 @@ class gloo {
       throw error(errc::invalid_argument, c.name_str(), c.seq, rank(), peer,
                   "peer must be another rank in [0, " + std::to_string(size()) + ")");
     if (st.aborted) raise_aborted(c, peer);
-    if (cma_to(peer, bytes, sp)) return post_single_copy(peer, p, bytes, c, tag, is_send);
+    if (cma_to(peer, sp)) return post_single_copy(peer, p, bytes, c, tag, is_send);
     request r;
     r.s_ = s_;
     r.peer_ = peer;
