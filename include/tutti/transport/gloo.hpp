@@ -1206,12 +1206,16 @@ class gloo {
     cma_wait([&] { return r.msg_->arrived; }, r, c, deadline);
   }
 
-  /// Waits until `done()`, moving every link's descriptors meanwhile (cma_progress). Spins,
-  /// then yields for a while (the peer is usually at work on the message by now), then sleeps
-  /// in short naps; looks at the connection to `r`'s peer every millisecond once it naps (a
+  /// Waits until `done()`, moving every link's descriptors meanwhile (cma_progress). Spins
+  /// (briefly where this machine's ranks outnumber its CPUs), then yields for up to 1 ms, then
+  /// sleeps in naps of 20-200 µs; looks at the connection to `r`'s peer every millisecond (a
   /// peer that dies is named at once), and polls for aborts, mismatches and the deadline every
-  /// 100 ms, as wait_buffer does. Where this machine's ranks outnumber its CPUs it neither
-  /// spins long nor yields (the peer needs the CPU): it naps at once.
+  /// 100 ms, as wait_buffer does. Yielding rather than napping at once matters most where
+  /// ranks outnumber CPUs: a yield hands the CPU to a rank that has work (often the peer) and
+  /// comes back as soon as none has, where a nap comes back 20 µs plus the timer's slack (50 µs)
+  /// later at best, once per step — 4 ranks on 2 CPUs all-reduce 4 bytes by tree in about
+  /// 30 µs yielding, 250 µs napping (bench/RESULTS.md). After 1 ms the wait is for something
+  /// slow (a peer still computing): naps leave it the CPU.
   template <class Done>
   void cma_wait(Done done, request& r, const detail::call& c, detail::clock::time_point deadline) {
     using namespace std::chrono_literals;
@@ -1225,13 +1229,12 @@ class gloo {
       detail::cpu_relax();
     }
     const auto start = detail::clock::now();
-    const auto yielding = shared_cpus ? 0us : 500us;
     auto next_poll = std::min(start + 100ms, deadline);
     auto next_look = start;
     std::chrono::microseconds nap = 20us;
     while (!ready()) {
       const auto now = detail::clock::now();
-      if (now - start < yielding) {
+      if (now - start < 1ms) {
         std::this_thread::yield();
       } else {
         std::this_thread::sleep_for(nap);
