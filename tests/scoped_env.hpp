@@ -33,6 +33,15 @@ class scoped_env {
   void set(std::initializer_list<std::pair<const char*, const char*>> vars) {
     for (const auto& [name, value] : vars) ::setenv(name, value, 1);
   }
+  void unset(const char* name) { ::unsetenv(name); }
+  /// TUTTI_GLOO_CMA for the ranks started next: "0" (every message on Gloo's TCP pairs), or
+  /// unset (single copies between ranks on this host, where it allows them).
+  void gloo_tcp_only(bool on) {
+    if (on)
+      set("TUTTI_GLOO_CMA", "0");
+    else
+      unset("TUTTI_GLOO_CMA");
+  }
 
  private:
   std::vector<std::string> saved_;

@@ -48,10 +48,7 @@ void sweep_policy(const std::vector<int>& sizes) {
     if (tcp_only && std::is_same_v<P, tutti::native>) continue;
     CAPTURE(tcp_only);
     scoped_env env;
-    if (tcp_only)
-      ::setenv("TUTTI_GLOO_CMA", "0", 1);
-    else
-      ::unsetenv("TUTTI_GLOO_CMA");
+    env.gloo_tcp_only(tcp_only);
     for (int p : sizes) {
       CAPTURE(p);
       const int rc = tutti::spawn(p, [] {

@@ -68,10 +68,7 @@ TEST_CASE("a rank killed during all_reduces: the others raise naming it within 1
   for (const bool tcp_only : {true, false}) {
     CAPTURE(tcp_only);
     scoped_env env;
-    if (tcp_only)
-      ::setenv("TUTTI_GLOO_CMA", "0", 1);
-    else
-      ::unsetenv("TUTTI_GLOO_CMA");
+    env.gloo_tcp_only(tcp_only);
     for (int n : {2, 4}) {
       CAPTURE(n);
       shared_report rep;
