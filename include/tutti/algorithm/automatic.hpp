@@ -54,9 +54,9 @@ template <class T>
 /// CPUs, so a call takes at least the work of all its ranks spread over the CPUs — every
 /// message's α (stretched by the ranks per CPU: a rank woken by a message waits for a CPU),
 /// bytes and reduction — as well as the slowest rank's path. Counts the world's ranks as if
-/// they all shared the most crowded host. On 4 ranks sharing 2 CPUs this picks tree up to a
-/// few MiB, then recursive halving, where the path alone picks recursive doubling
-/// (bench/RESULTS.md: twice as slow as tree there up to 4 KiB). Nothing for other policies.
+/// they all shared the most crowded host. On 4 ranks sharing 2 CPUs this picks tree up to
+/// 256 KiB, then recursive halving, where the path alone picks recursive doubling to 16 KiB
+/// (bench/RESULTS.md). Nothing for other policies.
 [[nodiscard]] inline std::optional<double> crowded_all_reduce(policy_id pol, double n, int ranks,
                                                               const cost_model& m) noexcept {
   const double p = ranks, a = m.alpha_us, g = m.gamma_us_per_byte, r = m.ranks_per_cpu;
