@@ -123,9 +123,9 @@ print("| bytes | " + " | ".join(algos) + " | best Gloo | " +
 print("|---:|" + "---:|" * len(algos) + "---|" + "---:|" * len(ours))
 for s in sizes:
     cells = [f"{best[(a, s)]:.1f}" if (a, s) in best else "–" for a in algos]
-    g = [(best[(a, s)], a) for a in gloo if (a, s) in best]
-    name = min(g)[1] if g else "–"
-    ratios = [f"{best[(a, s)] / min(g)[0]:.2f}" if g and (a, s) in best else "–" for a in ours]
+    g = min(((best[(a, s)], a) for a in gloo if (a, s) in best), default=None)
+    name = g[1] if g else "–"
+    ratios = [f"{best[(a, s)] / g[0]:.2f}" if g and (a, s) in best else "–" for a in ours]
     print(f"| {s} | " + " | ".join(cells) + f" | {name} | " + " | ".join(ratios) + " |")
 print()
 PY

@@ -3,8 +3,6 @@
 /// The α-β-γ cost model's parameters (Thakur, Rabenseifner & Gropp 2005): a message of n bytes
 /// costs α + nβ, reducing n bytes costs nγ.
 
-#include <cstddef>
-
 namespace tutti {
 
 /// Per-transport defaults, in microseconds and microseconds per byte.
