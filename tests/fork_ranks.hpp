@@ -258,9 +258,12 @@ void check_slow_send_after_collective(Make&& make) {
 /// Four ranks loop over all_reduce; rank 2 stops itself (SIGSTOP) at its call 50. Every other
 /// rank must raise timeout naming rank 2, whoever it waited on, between its 500 ms timeout and
 /// 5 s after the stop; then rank 0 kills rank 2 (SIGKILL ends a stopped process) and all are
-/// reaped. `make(rank, opts)` builds a rank's communicator.
+/// reaped. `make(rank, opts)` builds a rank's communicator. With `idle_neighbour`, rank 1
+/// sleeps 2 s outside tutti before its call 50, so its beat stands still as long as rank 2's
+/// (the lower rank won such a tie): a live rank that does not run for a while, as on a busy
+/// machine, must not be taken for the stopped one.
 template <class Make>
-void check_stopped_rank(Make&& make) {
+void check_stopped_rank(Make&& make, bool idle_neighbour = false) {
   constexpr int n = 4;
   constexpr int victim = 2;
   shared_report rep;
@@ -278,6 +281,8 @@ void check_stopped_rank(Make&& make) {
               rep->died_ns = now_ns();
               raise(SIGSTOP);
             }
+            if (idle_neighbour && r == 1 && i == 50)
+              std::this_thread::sleep_for(std::chrono::seconds(2));
             comm.all_reduce(std::span<float>(v), tutti::max);
           }
         });

@@ -192,6 +192,45 @@ TEST_CASE("a stopped rank (SIGSTOP): every other rank times out naming it, not a
   }
 }
 
+TEST_CASE("a stopped rank is named, not a live one whose beat stood still longer") {
+  // Found under load: a live rank that did not run for a while (its beat stood still longest)
+  // was named "made no progress (stopped?)" instead of the stopped rank; /proc tells them apart.
+  temp_dir dir;
+  check_stopped_rank(
+      [&](int r, const tutti::options& o) {
+        return tutti::communicator<tutti::shm, tutti::ring>::from_url(dir.url(), r, 4, o);
+      },
+      true);
+}
+
+TEST_CASE("process_stopped: /proc's state of a stopped, a continued and a gone process") {
+  using tutti::detail::proc_stat_state;
+  CHECK(proc_stat_state("1234 (sleep) S 1 1234 1234 0") == 'S');
+  CHECK(proc_stat_state("77 (a) b) (c) T 1 2") == 'T');  // comm may hold ") "
+  CHECK(proc_stat_state("77 (x)t") == '\0');
+  CHECK(proc_stat_state("no parenthesis") == '\0');
+  CHECK(proc_stat_state("5 (x)") == '\0');
+
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    for (;;) pause();
+  }
+  CHECK_FALSE(tutti::detail::process_stopped(child));
+  kill(child, SIGSTOP);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, WUNTRACED) == child);  // returns once it is stopped
+  REQUIRE(WIFSTOPPED(status));
+  CHECK(tutti::detail::process_stopped(child));
+  kill(child, SIGCONT);
+  REQUIRE(waitpid(child, &status, WCONTINUED) == child);
+  CHECK_FALSE(tutti::detail::process_stopped(child));
+  kill(child, SIGKILL);
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK_FALSE(tutti::detail::process_stopped(child));  // gone: nothing to read
+  CHECK_FALSE(tutti::detail::process_stopped(0));
+}
+
 TEST_CASE("send/recv across processes: tags out of order, messages larger than a channel") {
   temp_dir dir;
   const auto status = run_ranks(2, [&](int r) {

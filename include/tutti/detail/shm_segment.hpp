@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "tutti/core/error.hpp"
+#include "tutti/detail/proc_state.hpp"
 #include "tutti/detail/shm_layout.hpp"
 #include "tutti/detail/unique_fd.hpp"
 
@@ -307,6 +308,12 @@ class shm_watch {
       return ::poll(&p, 1, 0) > 0;
     }
     return ::kill(pids_[i], 0) != 0 && errno == ESRCH;
+  }
+
+  /// Whether peer `r`'s process is stopped (SIGSTOP, a debugger): see process_stopped.
+  [[nodiscard]] bool stopped(int r) const noexcept {
+    const auto i = static_cast<std::size_t>(r);
+    return i < pids_.size() && process_stopped(pids_[i]);
   }
 
  private:

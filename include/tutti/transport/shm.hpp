@@ -467,15 +467,27 @@ class shm {
     }
   }
 
-  /// The open peer whose beat stood still longest while this rank watched, at least
-  /// stall_window (the lowest on a tie), and for how long; -1 if none did.
-  [[nodiscard]] int stalled(detail::clock::time_point now, detail::clock::duration& still) const {
+  /// The open peer to blame at a timeout, and how long its beat stood still while this rank
+  /// watched: a peer whose process is stopped (SIGSTOP, a debugger: /proc says so) if there is
+  /// one — certain, where a beat standing still only suggests it, for on a busy machine a live
+  /// rank may not run for a while either —, else the peer whose beat stood still longest, at
+  /// least stall_window (a rank computing outside tutti). The longest still beat and then the
+  /// lowest rank win among equals; -1 if no peer qualifies.
+  [[nodiscard]] int stalled(detail::clock::time_point now, detail::clock::duration& still,
+                            bool& is_stopped) const {
     const auto& st = *s_;
     int who = -1;
     still = stall_window;
+    is_stopped = false;
     for (int q = 0; q < st.size && static_cast<std::size_t>(q) < st.seen.size(); ++q) {
+      if (q == st.rank || closed(q)) continue;
       const auto d = now - st.seen[static_cast<std::size_t>(q)].since;
-      if (q != st.rank && !closed(q) && (d > still || (who < 0 && d == still))) {
+      const bool stopped = st.watch.stopped(q);
+      if (stopped && !is_stopped) {  // the first stopped peer beats every running one
+        who = q;
+        still = d;
+        is_stopped = true;
+      } else if (stopped == is_stopped && (d > still || (who < 0 && d == still))) {
         who = q;
         still = d;
       }
@@ -545,11 +557,15 @@ class shm {
     std::string text = peer >= 0 ? "timed out waiting for rank " + std::to_string(peer)
                                  : "timed out waiting for the other ranks";
     detail::clock::duration still{};
-    const int stopped = stalled(now, still);
+    bool is_stopped = false;
+    const int stopped = stalled(now, still, is_stopped);
     if (stopped < 0) throw error(errc::timeout, c.name_str(), c.seq, st.rank, peer, text);
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.2f", std::chrono::duration<double>(still).count());
-    text += ": rank " + std::to_string(stopped) + " made no progress for " + secs + " s (stopped?)";
+    text += ": rank " + std::to_string(stopped) +
+            (is_stopped ? " is stopped (SIGSTOP or a debugger); its beat stood still for "
+                        : " made no progress for ") +
+            secs + " s" + (is_stopped ? "" : " (busy outside tutti?)");
     // The others wait on the same stopped rank: tell them now, naming it, rather than let each
     // time out on whichever neighbour it waits on (or see this rank close first).
     st.view.abort(errc::timeout, "rank " + std::to_string(st.rank) + " " + text, stopped);
