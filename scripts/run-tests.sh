@@ -61,9 +61,11 @@ failed=0
 tsan_prefix_known=0
 tsan_prefix=""
 
+declare -A build_seconds=()
 run_preset() {
-  local preset="$1" prefix=()
+  local preset="$1" prefix=() start=$SECONDS
   tutti_configure_build "$preset" || return 1
+  build_seconds[$preset]=$((SECONDS - start))
   if [[ "$preset" == tsan* ]]; then
     if ((tsan_prefix_known == 0)); then
       tutti_step "[$preset] probing whether ThreadSanitizer runs on this kernel"
@@ -95,7 +97,14 @@ done
 
 tutti_step "summary"
 for preset in "${presets[@]}"; do
-  printf '    %-12s %-8s %5ss\n' "$preset" "${result[$preset]:-skipped}" "${seconds[$preset]:--}"
+  printf '    %-12s %-8s %5ss (configure + build %ss)\n' "$preset" "${result[$preset]:-skipped}" \
+    "${seconds[$preset]:--}" "${build_seconds[$preset]:--}"
+  # For .ci/run's table of stage times.
+  if [[ -n "${TUTTI_STAGE_TIMES:-}" && -n "${seconds[$preset]:-}" ]]; then
+    printf '%s\t%s\n' "  $preset: configure + build" "${build_seconds[$preset]:-0}" >>"$TUTTI_STAGE_TIMES"
+    printf '%s\t%s\n' "  $preset: ctest" "$((seconds[$preset] - ${build_seconds[$preset]:-0}))" \
+      >>"$TUTTI_STAGE_TIMES"
+  fi
 done
 if ((failed)); then
   printf '\nFAILED\n'
