@@ -119,6 +119,9 @@ struct rank_slot {
   std::atomic<long long> caught_ns{0};
   std::atomic<long long> exit_ns{0};
   std::atomic<long> ops{0};  // collectives completed before the error
+  // The longest any of them took (with its waits): how slow this machine is right now, which
+  // the detection limit allows for (a loaded machine delays detection as it delays every call).
+  std::atomic<long long> slowest_ns{0};
   char what[320] = {};
   char segment[64] = {};
 };
@@ -341,6 +344,7 @@ template <class Comm>
   const auto below = [&rng](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
   const std::size_t p = static_cast<std::size_t>(comm.size());
   for (;;) {
+    const long long started = now_ns();
     op_desc d;
     d.c = static_cast<coll>(choices[below(m)]);
     d.type = static_cast<int>(below(4));
@@ -380,6 +384,9 @@ template <class Comm>
       queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(i));
     }
     s.ops.fetch_add(1, std::memory_order_relaxed);
+    const long long took = now_ns() - started;
+    if (took > s.slowest_ns.load(std::memory_order_relaxed))
+      s.slowest_ns.store(took, std::memory_order_relaxed);
   }
 }
 
@@ -812,8 +819,14 @@ struct harness {
             std::to_string(f.status(victim)) + ")");
       for (int r : f.orphans()) bad("orphan: rank " + std::to_string(r) + " still exists");
 
+      // The limit holds on a quiet machine; a busy one stretches detection as it stretches every
+      // call, so the limit grows by ten times the slowest call any rank made before the fault.
+      long long slowest_ns = 0;
+      for (int r = 0; r < np; ++r)
+        slowest_ns = std::max(slowest_ns, rep->slot[r].slowest_ns.load());
+      const double stretch_ms = store_mode ? 0.0 : 10 * double(slowest_ns) * 1e-6;
       survivor_rule rule;
-      rule.limit_ms = limit;
+      rule.limit_ms = limit + stretch_ms;
       rule.must_name_victim = cfg.require_naming >= 0 ? cfg.require_naming == 1 : mode != "stop";
       if (mode == "kill") rule.want_kind = static_cast<int>(tutti::errc::peer_lost);
       if (mode == "stop") rule.want_kind = static_cast<int>(tutti::errc::timeout);
@@ -879,10 +892,10 @@ struct harness {
           bad(who + " did not name rank " + std::to_string(victim) +
               (store_mode ? " or the store" : "") + " (peer " + std::to_string(peer) +
               "): " + s.what);
-        const double lim = mode == "stop" ? cfg.stop_timeout_ms + limit
+        const double lim = mode == "stop" ? cfg.stop_timeout_ms + rule.limit_ms
                            : store_mode
                                ? cfg.store_timeout_ms + limit + (early ? 0.0 : cfg.max_delay_ms)
-                               : limit;
+                               : rule.limit_ms;
         if (ms > lim || ms < 0)
           bad(who + " raised " + std::to_string(ms) + " ms after the fault (limit " +
               std::to_string(lim) + " ms): " + s.what);
@@ -1007,7 +1020,8 @@ constexpr const char* help_text =
     "  --max-count C            largest count per collective (default 4096)\n"
     "  --max-delay-ms D         the fault lands 0..D ms after all ranks are ready (default 200)\n"
     "  --limit-ms L             detection limit (default 1000 on shm, 2000 on gloo); stop and\n"
-    "                           store modes add their timeout to it\n"
+    "                           store modes add their timeout to it, kill and stop ten times\n"
+    "                           the slowest call any rank made before the fault (a busy machine)\n"
     "  --hang-s H               a survivor still running H s after the fault is a HANG (10)\n"
     "  --stop-timeout-ms T      the options timeout in stop mode (default 1000)\n"
     "  --store-timeout-ms T     the options timeout in store mode (default 3000)\n"
