@@ -203,6 +203,43 @@ TEST_CASE("a stopped rank is named, not a live one whose beat stood still longer
       true);
 }
 
+TEST_CASE("a survivor that exits without closing after a death: the others still name the dead") {
+  // Found under load by faults.kill_shm: rank 1 raised the death of rank 2 and exited without
+  // closing its communicator; rank 0, slower, then found rank 1 gone first and named it.
+  shared_report rep;
+  temp_dir dir;
+  constexpr int victim = 2;
+  const auto status = run_ranks(3, [&](int r) {
+    auto comm = tutti::communicator<tutti::shm, tutti::ring>::from_url(dir.url(), r, 3);
+    rep->pids[r] = getpid();
+    std::vector<int> v(64, 1);
+    for (int i = 0; i < 10; ++i) comm.all_reduce(std::span<int>(v), tutti::sum);
+    if (r == victim) raise(SIGKILL);
+    if (r == 0) {  // arrives late: rank 2 died and rank 1 left meanwhile
+      const auto until = clock_type::now() + std::chrono::seconds(10);
+      while (rep->kind[1] == 0 && clock_type::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    const int rc =
+        expect_error(rep.operator->(), r, [&] { comm.all_reduce(std::span<int>(v), tutti::sum); });
+    if (r == 1) {
+      std::fflush(nullptr);
+      _exit(rc);  // without closing its communicator, as a process that ends on an error may
+    }
+    return rc;
+  });
+  CHECK((WIFSIGNALED(status[victim]) && WTERMSIG(status[victim]) == SIGKILL));
+  for (int r : {0, 1}) {
+    CAPTURE(r);
+    const std::string what = rep->what[r];
+    CAPTURE(what);
+    CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
+    CHECK(rep->kind[r] == static_cast<int>(tutti::errc::peer_lost));
+    CHECK(rep->peer[r] == victim);
+  }
+}
+
 TEST_CASE("process_stopped: /proc's state of a stopped, a continued and a gone process") {
   using tutti::detail::proc_stat_state;
   CHECK(proc_stat_state("1234 (sleep) S 1 1234 1234 0") == 'S');

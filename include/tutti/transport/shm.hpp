@@ -495,11 +495,16 @@ class shm {
     return who;
   }
 
-  [[nodiscard]] error died_error(const detail::call& c, int q) const {
-    return error(errc::peer_lost, c.name_str(), c.seq, s_->rank, q,
-                 "rank " + std::to_string(q) + " (pid " +
-                     std::to_string(s_->view.block(q).pid.load(std::memory_order_relaxed)) +
-                     ") died without closing its communicator");
+  /// Raises peer_lost: rank `q` died. Records it first, so that the others name `q` too: a
+  /// survivor that raises this and exits without closing its communicator would otherwise be
+  /// the dead rank a slower survivor finds first (the lowest gone rank).
+  [[noreturn]] void raise_died(const detail::call& c, int q) {
+    const std::string text =
+        "rank " + std::to_string(q) + " (pid " +
+        std::to_string(s_->view.block(q).pid.load(std::memory_order_relaxed)) +
+        ") died without closing its communicator";
+    s_->view.abort(errc::peer_lost, text, q);
+    throw error(errc::peer_lost, c.name_str(), c.seq, s_->rank, q, text);
   }
 
   /// Raises the world's abort record in call c. An abort of kind `aborted` is a consequence (a
@@ -512,7 +517,7 @@ class shm {
     auto [code, what, blame] = st.view.abort_reason();
     if (code == errc::aborted)
       for (int q = 0; q < st.size; ++q)
-        if (q != st.rank && !closed(q) && st.watch.gone(q)) throw died_error(c, q);
+        if (q != st.rank && !closed(q) && st.watch.gone(q)) raise_died(c, q);
     if (blame >= 0 && blame != st.rank) peer = blame;
     throw error(code, c.name_str(), c.seq, st.rank,
                 code == errc::mismatch ? detail::disagreeing_rank(c, st.rank, st.size, peer,
@@ -544,7 +549,7 @@ class shm {
           throw error(errc::mismatch, c.name_str(), c.seq, st.rank, q, what);
         }
       }
-      if (!closed(q) && st.watch.gone(q) && !ready()) throw died_error(c, q);
+      if (!closed(q) && st.watch.gone(q) && !ready()) raise_died(c, q);
     }
     // Only then ranks that closed cleanly (say, after raising this same death themselves):
     // a death is the cause worth naming.
