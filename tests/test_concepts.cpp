@@ -100,7 +100,6 @@ void check_policy() {
 static_assert(tutti::point_to_point<tutti::inproc>);
 static_assert(tutti::fused_receive<tutti::inproc>);
 static_assert(tutti::shared_segment<tutti::inproc>);
-static_assert(tutti::host_transport<tutti::inproc>);
 
 static_assert(tutti::point_to_point<p2p_archetype>);
 static_assert(!tutti::fused_receive<p2p_archetype>);

@@ -5,7 +5,7 @@
 // in double precision (exact for all the inputs used here). Loops over many inputs count
 // mismatches, report the first few in detail and then CHECK that the count is zero.
 //
-// The block converters used by the reduce kernels (tutti/detail/convert16.hpp: portable,
+// The block converters used by the reduce kernels (tutti/core/convert16.hpp: portable,
 // F16C where the CPU has it, and the dispatching entry points) are checked bit for bit against
 // the scalar conversions, which the tests above tie to the reference.
 
@@ -26,9 +26,9 @@
 #include <doctest/doctest.h>
 
 #include "tutti/core/bfloat16.hpp"
+#include "tutti/core/convert16.hpp"
 #include "tutti/core/half.hpp"
 #include "tutti/core/reduce.hpp"
-#include "tutti/detail/convert16.hpp"
 
 namespace {
 
@@ -474,7 +474,7 @@ TEST_CASE_TEMPLATE("float16: NaN conversions never produce infinity", T, half, b
 }
 
 // ---------------------------------------------------------------------------------------------
-// Block converters (tutti/detail/convert16.hpp).
+// Block converters (tutti/core/convert16.hpp).
 
 // The lanes are constexpr (a few cases here; the tests below check them all at run time).
 static_assert(tutti::detail::float_to_half_lane(0x3F800000U) == 0x3C00);      // 1

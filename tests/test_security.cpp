@@ -39,8 +39,8 @@
 #include <tutti/detail/gloo_support.hpp>
 #include <tutti/detail/sha256.hpp>
 #include <tutti/detail/shm_segment.hpp>
-#include <tutti/detail/store_engine.hpp>
-#include <tutti/detail/store_wire.hpp>
+#include <tutti/detail/store/engine.hpp>
+#include <tutti/detail/store/wire.hpp>
 #include <tutti/detail/text_fields.hpp>
 #include <tutti/transport/shm.hpp>
 

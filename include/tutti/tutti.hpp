@@ -1,8 +1,9 @@
 #pragma once
 /// \file
 /// The umbrella header: core types and ops, the in-process and shared-memory transports, every
-/// algorithm policy, the communicator and the bootstrap (launcher environments, stores, init
-/// URLs, tutti::spawn), and the training adapters (bucketer, distributed_sampler).
+/// algorithm policy, the communicator and tutti::inproc::run, the bootstrap (launcher
+/// environments, stores, init URLs, tutti::spawn), and the training adapters (bucketer,
+/// distributed_sampler).
 
 #include "tutti/adapters/bucketer.hpp"
 #include "tutti/adapters/sampler.hpp"
@@ -27,6 +28,7 @@
 #include "tutti/core/ops.hpp"
 #include "tutti/core/options.hpp"
 #include "tutti/core/types.hpp"
+#include "tutti/run.hpp"
 #include "tutti/transport/concepts.hpp"
 #include "tutti/transport/inproc.hpp"
 #include "tutti/transport/shm.hpp"

@@ -26,7 +26,7 @@
 
 #include <tutti/bootstrap/tcp_store.hpp>
 #include <tutti/core/error.hpp>
-#include <tutti/detail/store_wire.hpp>
+#include <tutti/detail/store/wire.hpp>
 #include <tutti/detail/unique_fd.hpp>
 
 namespace td = tutti::detail;

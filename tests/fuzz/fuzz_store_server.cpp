@@ -17,8 +17,8 @@
 #include <span>
 #include <vector>
 
-#include <tutti/detail/store_engine.hpp>
-#include <tutti/detail/store_wire.hpp>
+#include <tutti/detail/store/engine.hpp>
+#include <tutti/detail/store/wire.hpp>
 
 #include "fuzz_check.hpp"
 

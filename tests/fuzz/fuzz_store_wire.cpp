@@ -13,7 +13,7 @@
 #include <vector>
 
 #include <tutti/bootstrap/store.hpp>
-#include <tutti/detail/store_wire.hpp>
+#include <tutti/detail/store/wire.hpp>
 
 #include "fuzz_check.hpp"
 

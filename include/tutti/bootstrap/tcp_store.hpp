@@ -1,8 +1,8 @@
 #pragma once
 /// \file
 /// tutti::bootstrap::tcp_store: a store served over TCP by one process (rank 0) and used by
-/// every rank, rank 0 included. The wire protocol is described in detail/store_wire.hpp, the
-/// server in detail/store_server.hpp.
+/// every rank, rank 0 included. The wire protocol is described in detail/store/wire.hpp, the
+/// server in detail/store/server.hpp.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -23,8 +23,8 @@
 #include <tutti/bootstrap/store.hpp>
 #include <tutti/core/error.hpp>
 #include <tutti/core/options.hpp>
-#include <tutti/detail/store_server.hpp>
-#include <tutti/detail/store_wire.hpp>
+#include <tutti/detail/store/server.hpp>
+#include <tutti/detail/store/wire.hpp>
 #include <tutti/detail/unique_fd.hpp>
 
 namespace tutti::bootstrap {
@@ -175,8 +175,8 @@ class tcp_store final : public store {
     return "tcp_store " + host_ + ":" + std::to_string(port_);
   }
 
-  /// The client's half of the handshake (store_wire.hpp): hello, check the server's proof, send
-  /// ours, expect ok. Every failure raises naming the token; the connection is then dropped.
+  /// The client's half of the handshake (detail/store/wire.hpp): hello, check the server's proof,
+  /// send ours, expect ok. Every failure raises naming the token; the connection is then dropped.
   void authenticate(const std::string& token, detail::store_clock::time_point deadline) {
     const std::string what = "authentication";
     const auto rejected = [&](const std::string& why) {

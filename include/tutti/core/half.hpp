@@ -103,7 +103,7 @@ template <class Dst, class Src>
 /// float -> binary16 bits, rounding to nearest, ties to even. Same results as
 /// `narrow_bits<binary16_format, binary32_format>`, with every case evaluated and the right one
 /// selected. The per-lane variable shifts still keep compilers from vectorizing it at the
-/// baseline ISA; array conversions use `detail::convert_from_float` (tutti/detail/convert16.hpp),
+/// baseline ISA; array conversions use `detail::convert_from_float` (tutti/core/convert16.hpp),
 /// which gives the same bits.
 [[nodiscard]] constexpr std::uint16_t binary32_to_binary16_bits(std::uint32_t f) noexcept {
   const std::uint32_t sign = (f >> 16) & 0x8000U;

@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "tutti/core/convert16.hpp"
 #include "tutti/core/ops.hpp"
 #include "tutti/core/types.hpp"
-#include "tutti/detail/convert16.hpp"
 
 namespace tutti::detail {
 

@@ -2,25 +2,22 @@
 /// \file
 /// What an algorithm sees of one call: ranks, blocking and non-blocking byte messaging with the
 /// call's deadline, the type-erased reduction and scratch space. Algorithms are written once
-/// against this, on bytes; element types never reach them.
+/// against this, on bytes; element types never reach them. A class template over the
+/// transport that dispatches on its concepts, so it sits at the algorithm layer although it is
+/// private (tests/layers/check_layers.cmake).
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <span>
 #include <vector>
 
 #include "tutti/detail/algo_table.hpp"
+#include "tutti/detail/blocks.hpp"
 #include "tutti/detail/call.hpp"
 #include "tutti/detail/wait.hpp"
 #include "tutti/transport/concepts.hpp"
 
 namespace tutti::detail {
-
-/// memmove of host memory; nothing when n is 0 or the ranges are the same.
-inline void copy_bytes(void* d, const void* s, std::size_t n) noexcept {
-  if (n != 0 && d != s) std::memmove(d, s, n);
-}
 
 /// Scratch buffers a communicator keeps between calls, so steady-state calls do not allocate.
 struct scratch_space {
@@ -159,20 +156,6 @@ class context {
   scratch_space& scratch_;
   const algo_table& overrides_;
   bool finished_ = false;
-};
-
-/// Splits `count` elements into `parts` blocks as evenly as possible; block i starts at
-/// `offset(i)` and holds `length(i)` elements.
-struct blocks {
-  std::size_t count;
-  std::size_t parts;
-  [[nodiscard]] std::size_t offset(std::size_t i) const noexcept {
-    const std::size_t q = count / parts, r = count % parts;
-    return i * q + (i < r ? i : r);
-  }
-  [[nodiscard]] std::size_t length(std::size_t i) const noexcept {
-    return count / parts + (i < count % parts ? 1 : 0);
-  }
 };
 
 }  // namespace tutti::detail

@@ -46,11 +46,6 @@ class progress_queue {
     idle_cv_.wait(lock, [this] { return pending_ == 0; });
   }
 
-  [[nodiscard]] bool busy() {
-    std::lock_guard lock(mu_);
-    return pending_ != 0;
-  }
-
  private:
   struct item {
     std::function<void()> job;

@@ -9,7 +9,7 @@
 #include <span>
 #include <vector>
 
-#include "tutti/detail/context.hpp"
+#include "tutti/detail/blocks.hpp"
 
 namespace tutti::detail {
 

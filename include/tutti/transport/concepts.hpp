@@ -3,7 +3,6 @@
 /// What a transport is: concepts for point-to-point messaging, a shared segment, native
 /// collectives, and the memory space its buffers live in.
 
-#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -69,10 +68,6 @@ concept line_exchange =
       t.lines_get(q, c, out, n, deadline);
     };
 
-/// Host-memory transports: collectives take spans of ordinary memory.
-template <class T>
-concept host_transport = point_to_point<T> && std::same_as<typename T::memory_space, host_memory>;
-
 /// Device-memory transports (tutti::nccl): work is enqueued on a CUDA stream. The communicator
 /// records an event after each call (`record`) and waits for it with the call's deadline
 /// (`complete`): at once for a blocking call, on its progress thread for an async one. Own
@@ -131,11 +126,5 @@ concept native_all_to_allv =
 template <class T>
 concept native_barrier =
     requires(T& t, const detail::call& c, detail::clock::time_point d) { t.native_barrier(c, d); };
-/// The transport runs at least one collective natively.
-template <class T>
-concept native_collectives =
-    native_all_reduce<T> || native_reduce<T> || native_broadcast<T> || native_all_gather<T> ||
-    native_gather<T> || native_scatter<T> || native_all_to_all<T> || native_reduce_scatter<T> ||
-    native_all_to_allv<T> || native_barrier<T>;
 
 }  // namespace tutti

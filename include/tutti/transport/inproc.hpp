@@ -2,21 +2,19 @@
 /// \file
 /// tutti::inproc: ranks are threads of one process. Models point_to_point (single-copy
 /// rendezvous: whichever side arrives second copies or reduces), fused_receive and
-/// shared_segment. `inproc::run` starts a world of threads, one communicator each.
+/// shared_segment. `inproc::run` (defined in tutti/run.hpp) starts a world of threads, one
+/// communicator each.
 
 #include <atomic>
 #include <cstddef>
-#include <exception>
+#include <cstdint>
 #include <memory>
 #include <span>
-#include <stdexcept>
 #include <string>
-#include <thread>
 #include <utility>
-#include <vector>
 
-#include "tutti/communicator.hpp"
 #include "tutti/core/error.hpp"
+#include "tutti/core/options.hpp"
 #include "tutti/detail/cost.hpp"
 #include "tutti/detail/inproc_world.hpp"
 #include "tutti/transport/concepts.hpp"
@@ -157,11 +155,17 @@ class inproc {
   void abort(errc code, const std::string& what) { world_->abort(code, what); }
 
   /// Runs `fn(comm)` on `n` threads, each with a `communicator<inproc, Algorithm>` of rank
-  /// 0..n-1. Returns when every rank has returned. If any rank throws, the others' waits are
-  /// released with tutti::error(errc::aborted), and the first rank's exception (the cause,
-  /// not the aborts it caused) is rethrown here. A rank waiting for a rank whose `fn` already
-  /// returned raises tutti::error(errc::peer_lost) naming it, without waiting for the timeout.
-  template <class Algorithm = automatic, class Fn>
+  /// 0..n-1 (Algorithm defaults to tutti::automatic). Returns when every rank has returned. If
+  /// any rank throws, the others' waits are released with tutti::error(errc::aborted), and the
+  /// first rank's exception (the cause, not the aborts it caused) is rethrown here. A rank
+  /// waiting for a rank whose `fn` already returned raises tutti::error(errc::peer_lost) naming
+  /// it, without waiting for the timeout.
+  ///
+  /// Defined in tutti/run.hpp (included by tutti/tutti.hpp): it builds communicators, which
+  /// sit above the transports, so this header only declares it.
+  template <class Algorithm, class Fn>
+  static void run(int n, Fn&& fn, const options& opts = {});
+  template <class Fn>
   static void run(int n, Fn&& fn, const options& opts = {});
 
  private:
@@ -227,61 +231,5 @@ class inproc {
   std::shared_ptr<detail::inproc_world> world_;
   int rank_;
 };
-
-template <class Algorithm, class Fn>
-void inproc::run(int n, Fn&& fn, const options& opts) {
-  if (n < 1) throw std::invalid_argument("tutti::inproc::run: world size must be at least 1");
-  auto world = std::make_shared<detail::inproc_world>(n);
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-  std::atomic<int> failures{0};
-  std::vector<int> order(static_cast<std::size_t>(n), -1);
-  auto body = [&](int r) {
-    try {
-      {
-        communicator<inproc, Algorithm> comm(inproc(world, r), opts);
-        fn(comm);
-      }  // the communicator's queued async work is done here
-      world->mark_exited(r);
-    } catch (...) {
-      const auto i = static_cast<std::size_t>(r);
-      errors[i] = std::current_exception();
-      order[i] = failures.fetch_add(1);
-      std::string what = "unknown exception";
-      try {
-        throw;
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
-      world->abort(errc::aborted, "rank " + std::to_string(r) + " failed: " + what, r, r);
-      world->mark_exited(r);
-    }
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(static_cast<std::size_t>(n));
-  for (int r = 1; r < n; ++r) threads.emplace_back(body, r);
-  body(0);
-  for (auto& t : threads) t.join();
-  // The cause is the earliest failure that is not an abort another failure caused.
-  std::exception_ptr cause;
-  int best = n + 1;
-  for (int r = 0; r < n; ++r) {
-    const auto i = static_cast<std::size_t>(r);
-    if (!errors[i]) continue;
-    bool induced = false;
-    try {
-      std::rethrow_exception(errors[i]);
-    } catch (const error& e) {
-      induced = e.kind() == errc::aborted;
-    } catch (...) {
-    }
-    const int rank_order = order[i] + (induced ? n : 0);
-    if (rank_order < best) {
-      best = rank_order;
-      cause = errors[i];
-    }
-  }
-  if (cause) std::rethrow_exception(cause);
-}
 
 }  // namespace tutti

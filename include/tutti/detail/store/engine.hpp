@@ -2,10 +2,9 @@
 /// \file
 /// The protocol side of tutti::bootstrap::tcp_store's server, without sockets: the key-value
 /// map, every connection's buffers, and what each buffered request does to them (protocol in
-/// store_wire.hpp). store_server.hpp moves the bytes; tests and fuzzers drive this directly.
+/// wire.hpp). server.hpp moves the bytes; tests and fuzzers drive this directly.
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -19,7 +18,7 @@
 
 #include "tutti/bootstrap/store.hpp"
 #include "tutti/core/error.hpp"
-#include "tutti/detail/store_wire.hpp"
+#include "tutti/detail/store/wire.hpp"
 #include "tutti/detail/unique_fd.hpp"
 
 namespace tutti::detail {

@@ -1,8 +1,8 @@
 #pragma once
 /// \file
 /// The server behind tutti::bootstrap::tcp_store: one background thread polling the listening
-/// socket and every client, feeding their bytes to a store_engine (store_engine.hpp), which
-/// holds the key-value map (protocol in store_wire.hpp).
+/// socket and every client, feeding their bytes to a store_engine (engine.hpp), which
+/// holds the key-value map (protocol in wire.hpp).
 
 #include <fcntl.h>
 #include <poll.h>
@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "tutti/core/error.hpp"
-#include "tutti/detail/store_engine.hpp"
-#include "tutti/detail/store_wire.hpp"
+#include "tutti/detail/store/engine.hpp"
+#include "tutti/detail/store/wire.hpp"
 #include "tutti/detail/unique_fd.hpp"
 
 namespace tutti::detail {
