@@ -5,6 +5,7 @@
 // and the interface settings.
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <array>
@@ -137,6 +138,68 @@ TEST_CASE("single copies: a sender that gives up on a message its receiver reads
   CHECK(exited_with(status[0], 0));
   CHECK(exited_with(status[1], 0));
   CHECK(rep->kind[1] == static_cast<int>(tutti::errc::aborted));
+}
+
+TEST_CASE("single copies: a sender that gives up after a third rank died and frees its buffer") {
+  // Found under load: rank 0 saw rank 3 die and gave up its message to rank 1, whose read then
+  // failed (EFAULT: the buffer was gone) and blamed rank 0, alive, with a transport failure.
+  // The receiver must name the dead rank, as the world's abort record does.
+  if (!siblings_can_read_memory()) {
+    MESSAGE("processes may not read each other's memory here (Yama, seccomp): no single copies");
+    return;
+  }
+  shared_report rep;
+  temp_dir dir;
+  constexpr std::size_t bytes = std::size_t{1} << 20;
+  const auto status = run_ranks(3, [&](int r) {
+    auto comm = join<tutti::ring>(dir, r, 3);
+    auto& t = comm.transport();
+    rep->pids[r] = getpid();
+    tutti::detail::call c;
+    c.fp.coll = tutti::detail::collective::broadcast;
+    c.seq = 1;
+    c.elem_size = 4;
+    if (r == 2) {  // dies once rank 0's message is on its way
+      while (rep->died_ns == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      raise(SIGKILL);
+    }
+    if (r == 0) {
+      if (!t.single_copy(1)) return 1;
+      void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) return 1;
+      const std::span<std::byte> buf(static_cast<std::byte*>(p), bytes);
+      int dummy = 0;
+      const int rc = expect_error(rep.operator->(), r, [&] {
+        auto sent = t.isend(1, buf, c, tutti::detail::space::collective, 0);
+        auto from_dead = t.irecv(2, std::as_writable_bytes(std::span<int>(&dummy, 1)), c,
+                                 tutti::detail::space::collective, 1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the descriptor arrives
+        rep->died_ns = now_ns();
+        t.wait(from_dead, c, tutti::detail::clock::now() + std::chrono::seconds(10));
+      });                // unwinding gives the send up
+      munmap(p, bytes);  // and frees its buffer: rank 1's read fails
+      rep->segment[0] = 1;
+      (void)await_report(rep.operator->(), 1);
+      return rc;
+    }
+    std::vector<std::byte> in(bytes);
+    auto got = t.irecv(0, std::span<std::byte>(in), c, tutti::detail::space::collective, 0);
+    const auto until = clock_type::now() + std::chrono::seconds(10);
+    while (rep->segment[0] == 0 && clock_type::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return expect_error(rep.operator->(), r, [&] {
+      t.wait(got, c, tutti::detail::clock::now() + std::chrono::seconds(5));
+    });
+  });
+  CHECK((WIFSIGNALED(status[2]) && WTERMSIG(status[2]) == SIGKILL));
+  for (int r : {0, 1}) {
+    CAPTURE(r);
+    const std::string what = rep->what[r];
+    CAPTURE(what);
+    CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
+    CHECK(rep->kind[r] == static_cast<int>(tutti::errc::peer_lost));
+    CHECK(rep->peer[r] == 2);
+  }
 }
 
 TEST_CASE("mismatched calls raise mismatch on every rank, not a hang or a crash") {

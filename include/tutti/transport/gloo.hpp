@@ -80,6 +80,7 @@
 #include "tutti/detail/cma.hpp"
 #include "tutti/detail/cost.hpp"
 #include "tutti/detail/gloo_support.hpp"
+#include "tutti/detail/proc_state.hpp"
 #include "tutti/detail/wait.hpp"
 #include "tutti/transport/concepts.hpp"
 
@@ -617,11 +618,12 @@ class gloo {
     friend class gloo;
     [[nodiscard]] bool pending() const noexcept { return cma_open_ || done_ < parts_.size(); }
     void release() noexcept {
+      // The abort first: a receiver that finds the message abandoned then finds why.
+      if (pending() && s_)
+        abort_world(*s_, {errc::aborted, s_->rank, s_->rank, "a message was abandoned half done"});
       if (ack_ != nullptr)  // a single copy given up on: its receiver must not trust its read
         std::exchange(ack_, nullptr)
             ->store(detail::cma_ack_words::abandoned, std::memory_order_release);
-      if (pending() && s_)
-        abort_world(*s_, {errc::aborted, s_->rank, s_->rank, "a message was abandoned half done"});
       forget();
       if (s_ && !staging_.empty()) s_->give_staging(std::move(staging_));
     }
@@ -1167,10 +1169,24 @@ class gloo {
     if (d.bytes != r.total_)
       fail(errc::mismatch, "sent " + std::to_string(d.bytes) + " bytes where this rank expected " +
                                std::to_string(r.total_));
+    // The sender marks a message it gives up on (unwinding from an error, typically a third
+    // rank's death) before its buffer can be freed or reused. Then the cause is in the world's
+    // abort record, which the sender wrote before giving up: not the sender.
+    const auto gave_up = [&] {
+      std::uint64_t state = 0;
+      return detail::cma_read(pid, &state, d.ack_address, sizeof state) == 0 &&
+             state == detail::cma_ack_words::abandoned;
+    };
+    const auto raise_gave_up = [&] {
+      r.forget();
+      if (auto rec = read_abort(); rec && rec->writer != rank()) raise_recorded(c, *rec);
+      fail(errc::aborted, "gave up on its message while this rank read it");
+    };
     auto check = [&](int err, bool write = false) {
-      if (err != 0)
-        cma_failed(r, c, r.peer_, err, write,
-                   write ? " could not be written" : " could not be read");
+      if (err == 0) return;
+      // A read that fails because the sender freed its abandoned buffer (EFAULT) is that.
+      if (!write && err != ESRCH && gave_up()) raise_gave_up();
+      cma_failed(r, c, r.peer_, err, write, write ? " could not be written" : " could not be read");
     };
     if (r.reduce_into_ != nullptr) {
       const std::size_t chunk = std::min(r.staging_.size(), single_copy_chunk);
@@ -1182,15 +1198,10 @@ class gloo {
     } else {
       check(detail::cma_read(pid, r.data_, d.address, r.total_));
     }
-    // The sender marks a message it gave up on before its buffer can be freed or reused: if
-    // it has not, the bytes read were the message's.
+    // Not marked after the read: the bytes read were the message's.
     std::uint64_t state = 0;
     check(detail::cma_read(pid, &state, d.ack_address, sizeof state));
-    if (state == detail::cma_ack_words::abandoned) {
-      r.forget();
-      if (auto rec = read_abort(); rec && rec->writer != rank()) raise_recorded(c, *rec);
-      fail(errc::aborted, "gave up on its message while this rank read it");
-    }
+    if (state == detail::cma_ack_words::abandoned) raise_gave_up();
     check(detail::cma_write_word(pid, d.ack_value, d.ack_address), true);
   }
 
@@ -1575,11 +1586,15 @@ class gloo {
       const std::string what = e.what();
       if (detail::clock::now() >= deadline) {
         if (auto rec = read_abort(); rec && rec->writer != rank()) raise_recorded(c, *rec);
-        const int culprit = native_stalled();
+        const int stopped = stopped_peer();
+        const int culprit = stopped >= 0 ? stopped : native_stalled();
         const std::string text =
             "timed out in Gloo's " + c.name_str() + ": " + what +
-            (culprit >= 0 ? "; rank " + std::to_string(culprit) + " made no progress (stopped?)"
-                          : std::string());
+            (stopped >= 0
+                 ? "; rank " + std::to_string(culprit) + " is stopped (SIGSTOP or a debugger)"
+             : culprit >= 0
+                 ? "; rank " + std::to_string(culprit) + " made no progress (busy outside tutti?)"
+                 : std::string());
         abort_world(
             st, {errc::timeout, rank(), culprit, "rank " + std::to_string(rank()) + " " + text});
         throw error(errc::timeout, c.name_str(), c.seq, rank(), culprit, text);
@@ -1632,6 +1647,17 @@ class gloo {
 
   /// After a Gloo collective timed out: the peer whose beat stood still longest during it,
   /// for at least stall_window; -1 if none (or the call was too short to watch).
+  /// A peer whose process is stopped (SIGSTOP, a debugger), by /proc: certain, where a beat
+  /// standing still only suggests it (on a busy machine a live rank may not run for a while
+  /// either). Only peers on this host whose pid the single-copy probe verified; -1 if none.
+  [[nodiscard]] int stopped_peer() const noexcept {
+    const auto& pids = s_->cma_pid;
+    for (std::size_t q = 0; q < pids.size(); ++q)
+      if (static_cast<int>(q) != rank() && pids[q] != 0 && detail::process_stopped(pids[q]))
+        return static_cast<int>(q);
+    return -1;
+  }
+
   [[nodiscard]] int native_stalled() {
     auto& st = *s_;
     if (st.native_watched != st.native_call ||
@@ -1855,13 +1881,16 @@ class gloo {
                                     : std::string("timed out waiting for the other ranks")) +
                          theirs_text;
       int blame = peer;
-      if (const int stopped = stalled(now); stopped >= 0) {
+      if (const int stopped = stopped_peer(); stopped >= 0) {
+        text += ": rank " + std::to_string(stopped) + " is stopped (SIGSTOP or a debugger)";
+        blame = stopped;
+      } else if (const int still = stalled(now); still >= 0) {
         char secs[32];
         std::snprintf(secs, sizeof secs, "%.2f",
                       std::chrono::duration<double>(now - st.beats_since).count());
-        text +=
-            ": rank " + std::to_string(stopped) + " made no progress for " + secs + " s (stopped?)";
-        blame = stopped;
+        text += ": rank " + std::to_string(still) + " made no progress for " + secs +
+                " s (busy outside tutti?)";
+        blame = still;
       }
       abort_world(st,
                   {errc::timeout, rank(), blame, "rank " + std::to_string(rank()) + " " + text});
