@@ -1,27 +1,23 @@
 #pragma once
 /// \file
-/// tutti::communicator<Transport, Algorithm>: every collective, blocking and async, with
-/// argument checks, sequence numbers and cross-rank fingerprint checks.
+/// tutti::communicator<Transport, Algorithm>: every collective, blocking and async, in place and
+/// out of place, on host memory (std::span) and GPU memory (tutti::device_span), with argument
+/// checks, sequence numbers and cross-rank fingerprint checks.
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <span>
-#include <string>
 #include <string_view>
-#include <type_traits>
 #include <utility>
-#include <vector>
 
 #include "tutti/algorithm/automatic.hpp"
 #include "tutti/core/device_span.hpp"
 #include "tutti/core/error.hpp"
 #include "tutti/core/ops.hpp"
 #include "tutti/core/options.hpp"
-#include "tutti/core/reduce.hpp"
 #include "tutti/core/types.hpp"
 #include "tutti/detail/communicator_base.hpp"
-#include "tutti/transport/concepts.hpp"
+#include "tutti/detail/communicator_buffers.hpp"
 #include "tutti/work.hpp"
 
 namespace tutti {
@@ -45,6 +41,14 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
  public:
   using transport_type = Transport;
   using algorithm_type = Algorithm;
+  /// Where the buffers live: host_memory, or cuda_device_memory (tutti::nccl).
+  using memory_space = typename Transport::memory_space;
+  /// The buffer type of this memory space: std::span<T>, or tutti::device_span<T>.
+  template <class T>
+  using span_type = detail::span_in<memory_space, T>;
+  /// The stream argument: tutti::stream_ref (a cudaStream_t) on device memory; on host memory
+  /// only `{}` (a stream there is a compile error that says why, not silently ignored).
+  using stream_type = detail::stream_in<memory_space>;
 
   /// Takes over `t`, this rank's endpoint. Raises tutti::error(errc::invalid_argument) when
   /// `opts.algo` (TUTTI_ALGO) does not parse.
@@ -74,393 +78,244 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   [[nodiscard]] const options& opts() const noexcept { return base::opts(); }
   [[nodiscard]] Transport& transport() noexcept { return base::transport(); }
 
+  // Every collective below is written once for both memory spaces: `In`, `Out` and `Buf` are
+  // std::span<T> on a host-memory transport and device_span<T> on a device one (span_type<T>);
+  // a buffer of the other space is a compile error that says what to pass. The element type T
+  // is the buffers' (an input may be const or not). `stream` (device transports: a
+  // cudaStream_t, default the transport's own) orders the call on the GPU; a host-memory
+  // communicator takes only `{}` there. Each `_async` form returns a work handle at once; its
+  // buffers must stay alive and untouched until the handle is done (see tutti::work).
+
   // ---- all_reduce -------------------------------------------------------------------------
   /// Reduces `buf` across ranks in place; every rank gets the result.
-  template <element T, class Op>
-  void all_reduce(std::span<T> buf, Op op) {
-    host_buffers();
-    this->template all_reduce_impl<T>(buf, buf, op, false);
+  template <detail::writable_buffer Buf, class Op>
+  void all_reduce(Buf buf, Op op, stream_type stream = {}) {
+    this->all_reduce_impl(view(buf), view(buf), op, false, handle(stream));
+  }
+  template <detail::writable_buffer Buf, class Op>
+  [[nodiscard]] work all_reduce_async(Buf buf, Op op, stream_type stream = {}) {
+    return this->all_reduce_impl(view(buf), view(buf), op, true, handle(stream));
   }
   /// Out-of-place: `out` (same size as `in`) receives the result; `in` is unchanged.
-  template <element T, class Op>
-  void all_reduce(std::span<const T> in, std::span<T> out, Op op) {
-    host_buffers();
-    this->template all_reduce_impl<T>(in, out, op, false);
+  template <detail::buffer In, detail::writable_buffer Out, class Op>
+  void all_reduce(In in, Out out, Op op, stream_type stream = {}) {
+    this->all_reduce_impl(view(in, out), view(out), op, false, handle(stream));
   }
-  template <element T, class Op>
-  [[nodiscard]] work all_reduce_async(std::span<T> buf, Op op) {
-    host_buffers();
-    return this->template all_reduce_impl<T>(buf, buf, op, true);
-  }
-  template <element T, class Op>
-  [[nodiscard]] work all_reduce_async(std::span<const T> in, std::span<T> out, Op op) {
-    host_buffers();
-    return this->template all_reduce_impl<T>(in, out, op, true);
+  template <detail::buffer In, detail::writable_buffer Out, class Op>
+  [[nodiscard]] work all_reduce_async(In in, Out out, Op op, stream_type stream = {}) {
+    return this->all_reduce_impl(view(in, out), view(out), op, true, handle(stream));
   }
 
   // ---- reduce -----------------------------------------------------------------------------
   /// Reduces to `root`: `out` (size of `in`) receives the result on root and is not touched
   /// elsewhere (it may be empty there).
-  template <element T, class Op>
-  void reduce(std::span<const T> in, std::span<T> out, Op op, int root) {
-    host_buffers();
-    this->template reduce_impl<T>(in, out, op, root, false);
+  template <detail::buffer In, detail::writable_buffer Out, class Op>
+  void reduce(In in, Out out, Op op, int root, stream_type stream = {}) {
+    this->reduce_impl(view(in, out), view(out), op, root, false, handle(stream));
+  }
+  template <detail::buffer In, detail::writable_buffer Out, class Op>
+  [[nodiscard]] work reduce_async(In in, Out out, Op op, int root, stream_type stream = {}) {
+    return this->reduce_impl(view(in, out), view(out), op, root, true, handle(stream));
   }
   /// In place: root's `buf` receives the result; other ranks' `buf` is not changed.
-  template <element T, class Op>
-  void reduce(std::span<T> buf, Op op, int root) {
-    host_buffers();
-    this->template reduce_impl<T>(buf, buf, op, root, false);
+  template <detail::writable_buffer Buf, class Op>
+  void reduce(Buf buf, Op op, int root, stream_type stream = {}) {
+    this->reduce_impl(view(buf), view(buf), op, root, false, handle(stream));
   }
-  template <element T, class Op>
-  [[nodiscard]] work reduce_async(std::span<const T> in, std::span<T> out, Op op, int root) {
-    host_buffers();
-    return this->template reduce_impl<T>(in, out, op, root, true);
+  template <detail::writable_buffer Buf, class Op>
+  [[nodiscard]] work reduce_async(Buf buf, Op op, int root, stream_type stream = {}) {
+    return this->reduce_impl(view(buf), view(buf), op, root, true, handle(stream));
   }
 
   // ---- broadcast --------------------------------------------------------------------------
   /// Copies root's `buf` into every rank's `buf`.
-  template <element T>
-  void broadcast(std::span<T> buf, int root) {
-    host_buffers();
-    this->template broadcast_impl<T>(buf, root, false);
+  template <detail::writable_buffer Buf>
+  void broadcast(Buf buf, int root, stream_type stream = {}) {
+    this->broadcast_impl(view(buf), root, false, handle(stream));
   }
-  template <element T>
-  [[nodiscard]] work broadcast_async(std::span<T> buf, int root) {
-    host_buffers();
-    return this->template broadcast_impl<T>(buf, root, true);
+  template <detail::writable_buffer Buf>
+  [[nodiscard]] work broadcast_async(Buf buf, int root, stream_type stream = {}) {
+    return this->broadcast_impl(view(buf), root, true, handle(stream));
   }
 
   // ---- all_gather -------------------------------------------------------------------------
   /// `out` (size() * in.size()) receives every rank's `in`, in rank order.
-  template <element T>
-  void all_gather(std::span<const T> in, std::span<T> out) {
-    host_buffers();
-    this->template all_gather_impl<T>(in, out, false);
+  template <detail::buffer In, detail::writable_buffer Out>
+  void all_gather(In in, Out out, stream_type stream = {}) {
+    this->all_gather_impl(view(in, out), view(out), false, handle(stream));
+  }
+  template <detail::buffer In, detail::writable_buffer Out>
+  [[nodiscard]] work all_gather_async(In in, Out out, stream_type stream = {}) {
+    return this->all_gather_impl(view(in, out), view(out), true, handle(stream));
   }
   /// In place: `buf` holds size() blocks; this rank's block is its input.
-  template <element T>
-  void all_gather(std::span<T> buf) {
-    host_buffers();
-    this->template all_gather_in_place<T>(buf, false);
+  template <detail::writable_buffer Buf>
+  void all_gather(Buf buf, stream_type stream = {}) {
+    this->all_gather_in_place(view(buf), false, handle(stream));
   }
-  template <element T>
-  [[nodiscard]] work all_gather_async(std::span<const T> in, std::span<T> out) {
-    host_buffers();
-    return this->template all_gather_impl<T>(in, out, true);
+  template <detail::writable_buffer Buf>
+  [[nodiscard]] work all_gather_async(Buf buf, stream_type stream = {}) {
+    return this->all_gather_in_place(view(buf), true, handle(stream));
   }
 
   // ---- gather / scatter -------------------------------------------------------------------
   /// Root's `out` (size() * in.size()) receives every rank's `in`; `out` may be empty elsewhere.
-  template <element T>
-  void gather(std::span<const T> in, std::span<T> out, int root) {
-    host_buffers();
-    this->template gather_impl<T>(in, out, root, false);
+  template <detail::buffer In, detail::writable_buffer Out>
+  void gather(In in, Out out, int root, stream_type stream = {}) {
+    this->gather_impl(view(in, out), view(out), root, false, handle(stream));
   }
-  template <element T>
-  [[nodiscard]] work gather_async(std::span<const T> in, std::span<T> out, int root) {
-    host_buffers();
-    return this->template gather_impl<T>(in, out, root, true);
+  template <detail::buffer In, detail::writable_buffer Out>
+  [[nodiscard]] work gather_async(In in, Out out, int root, stream_type stream = {}) {
+    return this->gather_impl(view(in, out), view(out), root, true, handle(stream));
   }
   /// Every rank's `out` receives its block of root's `in` (size() * out.size()); `in` may be
   /// empty off the root.
-  template <element T>
-  void scatter(std::span<const T> in, std::span<T> out, int root) {
-    host_buffers();
-    this->template scatter_impl<T>(in, out, root, false);
+  template <detail::buffer In, detail::writable_buffer Out>
+  void scatter(In in, Out out, int root, stream_type stream = {}) {
+    this->scatter_impl(view(in, out), view(out), root, false, handle(stream));
   }
-  template <element T>
-  [[nodiscard]] work scatter_async(std::span<const T> in, std::span<T> out, int root) {
-    host_buffers();
-    return this->template scatter_impl<T>(in, out, root, true);
+  template <detail::buffer In, detail::writable_buffer Out>
+  [[nodiscard]] work scatter_async(In in, Out out, int root, stream_type stream = {}) {
+    return this->scatter_impl(view(in, out), view(out), root, true, handle(stream));
   }
 
   // ---- reduce_scatter ---------------------------------------------------------------------
   /// Reduces `in` (size() * out.size()) across ranks; rank r's `out` receives block r.
-  template <element T, class Op>
-  void reduce_scatter(std::span<const T> in, std::span<T> out, Op op) {
-    host_buffers();
-    this->template reduce_scatter_impl<T>(in, out, op, false);
+  template <detail::buffer In, detail::writable_buffer Out, class Op>
+  void reduce_scatter(In in, Out out, Op op, stream_type stream = {}) {
+    this->reduce_scatter_impl(view(in, out), view(out), op, false, handle(stream));
   }
-  /// In place: `buf` holds size() blocks; block rank() receives this rank's result.
-  template <element T, class Op>
-  void reduce_scatter(std::span<T> buf, Op op) {
-    host_buffers();
-    if (buf.size() % static_cast<std::size_t>(size()) != 0)
-      this->bad_size("reduce_scatter", buf.size());
-    const std::size_t n = buf.size() / static_cast<std::size_t>(size());
-    this->template reduce_scatter_impl<T>(buf, buf.subspan(static_cast<std::size_t>(rank()) * n, n),
-                                          op, false);
+  template <detail::buffer In, detail::writable_buffer Out, class Op>
+  [[nodiscard]] work reduce_scatter_async(In in, Out out, Op op, stream_type stream = {}) {
+    return this->reduce_scatter_impl(view(in, out), view(out), op, true, handle(stream));
   }
-  template <element T, class Op>
-  [[nodiscard]] work reduce_scatter_async(std::span<const T> in, std::span<T> out, Op op) {
-    host_buffers();
-    return this->template reduce_scatter_impl<T>(in, out, op, true);
+  /// In place: `buf` holds size() blocks; block rank() receives this rank's result (the
+  /// other blocks are left unspecified).
+  template <detail::writable_buffer Buf, class Op>
+  void reduce_scatter(Buf buf, Op op, stream_type stream = {}) {
+    this->reduce_scatter_in_place(view(buf), op, false, handle(stream));
+  }
+  template <detail::writable_buffer Buf, class Op>
+  [[nodiscard]] work reduce_scatter_async(Buf buf, Op op, stream_type stream = {}) {
+    return this->reduce_scatter_in_place(view(buf), op, true, handle(stream));
   }
 
   // ---- all_to_all -------------------------------------------------------------------------
   /// Block j of this rank's `in` goes to rank j, arriving as block rank() of its `out`.
-  template <element T>
-  void all_to_all(std::span<const T> in, std::span<T> out) {
-    host_buffers();
-    this->template all_to_all_impl<T>(in, out, false);
+  template <detail::buffer In, detail::writable_buffer Out>
+  void all_to_all(In in, Out out, stream_type stream = {}) {
+    this->all_to_all_impl(view(in, out), view(out), false, handle(stream));
   }
-  template <element T>
-  void all_to_all(std::span<T> buf) {
-    host_buffers();
-    this->template all_to_all_impl<T>(buf, buf, false);
+  template <detail::buffer In, detail::writable_buffer Out>
+  [[nodiscard]] work all_to_all_async(In in, Out out, stream_type stream = {}) {
+    return this->all_to_all_impl(view(in, out), view(out), true, handle(stream));
   }
-  template <element T>
-  [[nodiscard]] work all_to_all_async(std::span<const T> in, std::span<T> out) {
-    host_buffers();
-    return this->template all_to_all_impl<T>(in, out, true);
+  /// In place: `buf` holds size() blocks, sent and then overwritten by the blocks received
+  /// (policies and backends without an in-place form work from a staging copy).
+  template <detail::writable_buffer Buf>
+  void all_to_all(Buf buf, stream_type stream = {}) {
+    this->all_to_all_impl(view(buf), view(buf), false, handle(stream));
+  }
+  template <detail::writable_buffer Buf>
+  [[nodiscard]] work all_to_all_async(Buf buf, stream_type stream = {}) {
+    return this->all_to_all_impl(view(buf), view(buf), true, handle(stream));
   }
 
   // ---- v-variants: per-rank counts, blocks laid out back to back in rank order ------------
+  // The counts are copied before the call returns; only the buffers must outlive a work.
+
   /// `counts[r]` elements from rank r; every rank passes the same `counts`.
-  template <element T>
-  void all_gatherv(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts) {
-    host_buffers();
-    this->template vector_impl<detail::collective::all_gatherv, T>(in, out, counts, -1, false);
+  template <detail::buffer In, detail::writable_buffer Out>
+  void all_gatherv(In in, Out out, std::span<const std::size_t> counts, stream_type stream = {}) {
+    this->template vector_impl<all_gatherv_k>(view(in, out), view(out), counts, -1, false,
+                                              handle(stream));
   }
-  template <element T>
-  void gatherv(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts,
-               int root) {
-    host_buffers();
-    this->template vector_impl<detail::collective::gatherv, T>(in, out, counts, root, false);
+  template <detail::buffer In, detail::writable_buffer Out>
+  [[nodiscard]] work all_gatherv_async(In in, Out out, std::span<const std::size_t> counts,
+                                       stream_type stream = {}) {
+    return this->template vector_impl<all_gatherv_k>(view(in, out), view(out), counts, -1, true,
+                                                     handle(stream));
   }
-  template <element T>
-  void scatterv(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts,
-                int root) {
-    host_buffers();
-    this->template vector_impl<detail::collective::scatterv, T>(in, out, counts, root, false);
+  /// Root's `out` receives `counts[r]` elements from each rank r; `out` may be empty elsewhere.
+  template <detail::buffer In, detail::writable_buffer Out>
+  void gatherv(In in, Out out, std::span<const std::size_t> counts, int root,
+               stream_type stream = {}) {
+    this->template vector_impl<gatherv_k>(view(in, out), view(out), counts, root, false,
+                                          handle(stream));
+  }
+  template <detail::buffer In, detail::writable_buffer Out>
+  [[nodiscard]] work gatherv_async(In in, Out out, std::span<const std::size_t> counts, int root,
+                                   stream_type stream = {}) {
+    return this->template vector_impl<gatherv_k>(view(in, out), view(out), counts, root, true,
+                                                 handle(stream));
+  }
+  /// Rank r's `out` receives `counts[r]` elements of root's `in`; `in` may be empty elsewhere.
+  template <detail::buffer In, detail::writable_buffer Out>
+  void scatterv(In in, Out out, std::span<const std::size_t> counts, int root,
+                stream_type stream = {}) {
+    this->template vector_impl<scatterv_k>(view(in, out), view(out), counts, root, false,
+                                           handle(stream));
+  }
+  template <detail::buffer In, detail::writable_buffer Out>
+  [[nodiscard]] work scatterv_async(In in, Out out, std::span<const std::size_t> counts, int root,
+                                    stream_type stream = {}) {
+    return this->template vector_impl<scatterv_k>(view(in, out), view(out), counts, root, true,
+                                                  handle(stream));
   }
   /// `send_counts[j]` elements go to rank j; `recv_counts[j]` arrive from rank j. Rank i's
   /// send_counts[j] must equal rank j's recv_counts[i].
-  template <element T>
-  void all_to_allv(std::span<const T> in, std::span<const std::size_t> send_counts,
-                   std::span<T> out, std::span<const std::size_t> recv_counts) {
-    host_buffers();
-    this->template all_to_allv_impl<T>(in, send_counts, out, recv_counts, false);
+  template <detail::buffer In, detail::writable_buffer Out>
+  void all_to_allv(In in, std::span<const std::size_t> send_counts, Out out,
+                   std::span<const std::size_t> recv_counts, stream_type stream = {}) {
+    this->all_to_allv_impl(view(in, out), send_counts, view(out), recv_counts, false,
+                           handle(stream));
   }
-  template <element T>
-  [[nodiscard]] work all_to_allv_async(std::span<const T> in,
-                                       std::span<const std::size_t> send_counts, std::span<T> out,
-                                       std::span<const std::size_t> recv_counts) {
-    host_buffers();
-    return this->template all_to_allv_impl<T>(in, send_counts, out, recv_counts, true);
+  template <detail::buffer In, detail::writable_buffer Out>
+  [[nodiscard]] work all_to_allv_async(In in, std::span<const std::size_t> send_counts, Out out,
+                                       std::span<const std::size_t> recv_counts,
+                                       stream_type stream = {}) {
+    return this->all_to_allv_impl(view(in, out), send_counts, view(out), recv_counts, true,
+                                  handle(stream));
   }
 
   // ---- barrier, send, recv ----------------------------------------------------------------
-  /// Returns once every rank has entered the barrier.
-  void barrier() { this->barrier_impl(false); }
-  [[nodiscard]] work barrier_async() { return this->barrier_impl(true); }
+  /// Returns once every rank has entered the barrier (device: and the work before it on
+  /// `stream` is done).
+  void barrier(stream_type stream = {}) { this->barrier_impl(false, handle(stream)); }
+  [[nodiscard]] work barrier_async(stream_type stream = {}) {
+    return this->barrier_impl(true, handle(stream));
+  }
 
   /// Sends `data` to rank `dst`; matched with the `recv` of the same tag on `dst`, in order.
-  template <element T>
-  void send(std::span<const T> data, int dst, std::uint64_t tag = 0) {
-    host_buffers();
-    this->p2p_impl(detail::collective::send, std::as_bytes(data), {}, dst, tag, dtype_of<T>);
+  /// Point-to-point calls block (they have no `_async` form) and take no sequence number.
+  template <detail::buffer Buf>
+  void send(Buf data, int dst, std::uint64_t tag = 0, stream_type stream = {}) {
+    this->p2p_impl(detail::collective::send, std::as_bytes(view(data)), {}, dst, tag,
+                   dtype_of<detail::value_of<Buf>>, handle(stream));
   }
-  template <element T>
-  void recv(std::span<T> data, int src, std::uint64_t tag = 0) {
-    host_buffers();
-    this->p2p_impl(detail::collective::recv, {}, std::as_writable_bytes(data), src, tag,
-                   dtype_of<T>);
-  }
-  // ---- device memory (tutti::nccl) --------------------------------------------------------
-  // The same collectives on GPU memory, ordered on `stream` (default: the transport's own).
-  // A blocking call returns once its work on the stream has finished; an async one at once,
-  // with a work handle that completes through a CUDA event.
-
-  template <element T, class Op>
-  void all_reduce(device_span<T> buf, Op op, stream_ref stream = {}) {
-    device_buffers();
-    this->template all_reduce_impl<T>(host_view(buf), host_view(buf), op, false, stream.handle);
-  }
-  template <element T, class Op>
-  void all_reduce(device_span<const T> in, device_span<T> out, Op op, stream_ref stream = {}) {
-    device_buffers();
-    this->template all_reduce_impl<T>(host_view(in), host_view(out), op, false, stream.handle);
-  }
-  template <element T, class Op>
-  [[nodiscard]] work all_reduce_async(device_span<T> buf, Op op, stream_ref stream = {}) {
-    device_buffers();
-    return this->template all_reduce_impl<T>(host_view(buf), host_view(buf), op, true,
-                                             stream.handle);
-  }
-  template <element T, class Op>
-  [[nodiscard]] work all_reduce_async(device_span<const T> in, device_span<T> out, Op op,
-                                      stream_ref stream = {}) {
-    device_buffers();
-    return this->template all_reduce_impl<T>(host_view(in), host_view(out), op, true,
-                                             stream.handle);
-  }
-  template <element T, class Op>
-  void reduce(device_span<const T> in, device_span<T> out, Op op, int root,
-              stream_ref stream = {}) {
-    device_buffers();
-    this->template reduce_impl<T>(host_view(in), host_view(out), op, root, false, stream.handle);
-  }
-  template <element T, class Op>
-  void reduce(device_span<T> buf, Op op, int root, stream_ref stream = {}) {
-    device_buffers();
-    this->template reduce_impl<T>(host_view(buf), host_view(buf), op, root, false, stream.handle);
-  }
-  template <element T, class Op>
-  [[nodiscard]] work reduce_async(device_span<const T> in, device_span<T> out, Op op, int root,
-                                  stream_ref stream = {}) {
-    device_buffers();
-    return this->template reduce_impl<T>(host_view(in), host_view(out), op, root, true,
-                                         stream.handle);
-  }
-  template <element T>
-  void broadcast(device_span<T> buf, int root, stream_ref stream = {}) {
-    device_buffers();
-    this->template broadcast_impl<T>(host_view(buf), root, false, stream.handle);
-  }
-  template <element T>
-  [[nodiscard]] work broadcast_async(device_span<T> buf, int root, stream_ref stream = {}) {
-    device_buffers();
-    return this->template broadcast_impl<T>(host_view(buf), root, true, stream.handle);
-  }
-  template <element T>
-  void all_gather(device_span<const T> in, device_span<T> out, stream_ref stream = {}) {
-    device_buffers();
-    this->template all_gather_impl<T>(host_view(in), host_view(out), false, stream.handle);
-  }
-  template <element T>
-  void all_gather(device_span<T> buf, stream_ref stream = {}) {
-    device_buffers();
-    this->template all_gather_in_place<T>(host_view(buf), false, stream.handle);
-  }
-  template <element T>
-  [[nodiscard]] work all_gather_async(device_span<const T> in, device_span<T> out,
-                                      stream_ref stream = {}) {
-    device_buffers();
-    return this->template all_gather_impl<T>(host_view(in), host_view(out), true, stream.handle);
-  }
-  template <element T>
-  void gather(device_span<const T> in, device_span<T> out, int root, stream_ref stream = {}) {
-    device_buffers();
-    this->template gather_impl<T>(host_view(in), host_view(out), root, false, stream.handle);
-  }
-  template <element T>
-  [[nodiscard]] work gather_async(device_span<const T> in, device_span<T> out, int root,
-                                  stream_ref stream = {}) {
-    device_buffers();
-    return this->template gather_impl<T>(host_view(in), host_view(out), root, true, stream.handle);
-  }
-  template <element T>
-  void scatter(device_span<const T> in, device_span<T> out, int root, stream_ref stream = {}) {
-    device_buffers();
-    this->template scatter_impl<T>(host_view(in), host_view(out), root, false, stream.handle);
-  }
-  template <element T>
-  [[nodiscard]] work scatter_async(device_span<const T> in, device_span<T> out, int root,
-                                   stream_ref stream = {}) {
-    device_buffers();
-    return this->template scatter_impl<T>(host_view(in), host_view(out), root, true, stream.handle);
-  }
-  template <element T, class Op>
-  void reduce_scatter(device_span<const T> in, device_span<T> out, Op op, stream_ref stream = {}) {
-    device_buffers();
-    this->template reduce_scatter_impl<T>(host_view(in), host_view(out), op, false, stream.handle);
-  }
-  template <element T, class Op>
-  [[nodiscard]] work reduce_scatter_async(device_span<const T> in, device_span<T> out, Op op,
-                                          stream_ref stream = {}) {
-    device_buffers();
-    return this->template reduce_scatter_impl<T>(host_view(in), host_view(out), op, true,
-                                                 stream.handle);
-  }
-  template <element T>
-  void all_to_all(device_span<const T> in, device_span<T> out, stream_ref stream = {}) {
-    device_buffers();
-    this->template all_to_all_impl<T>(host_view(in), host_view(out), false, stream.handle);
-  }
-  template <element T>
-  [[nodiscard]] work all_to_all_async(device_span<const T> in, device_span<T> out,
-                                      stream_ref stream = {}) {
-    device_buffers();
-    return this->template all_to_all_impl<T>(host_view(in), host_view(out), true, stream.handle);
-  }
-  template <element T>
-  void all_gatherv(device_span<const T> in, device_span<T> out, std::span<const std::size_t> counts,
-                   stream_ref stream = {}) {
-    device_buffers();
-    this->template vector_impl<detail::collective::all_gatherv, T>(
-        host_view(in), host_view(out), counts, -1, false, stream.handle);
-  }
-  template <element T>
-  void gatherv(device_span<const T> in, device_span<T> out, std::span<const std::size_t> counts,
-               int root, stream_ref stream = {}) {
-    device_buffers();
-    this->template vector_impl<detail::collective::gatherv, T>(host_view(in), host_view(out),
-                                                               counts, root, false, stream.handle);
-  }
-  template <element T>
-  void scatterv(device_span<const T> in, device_span<T> out, std::span<const std::size_t> counts,
-                int root, stream_ref stream = {}) {
-    device_buffers();
-    this->template vector_impl<detail::collective::scatterv, T>(host_view(in), host_view(out),
-                                                                counts, root, false, stream.handle);
-  }
-  template <element T>
-  void all_to_allv(device_span<const T> in, std::span<const std::size_t> send_counts,
-                   device_span<T> out, std::span<const std::size_t> recv_counts,
-                   stream_ref stream = {}) {
-    device_buffers();
-    this->template all_to_allv_impl<T>(host_view(in), send_counts, host_view(out), recv_counts,
-                                       false, stream.handle);
-  }
-  template <element T>
-  [[nodiscard]] work all_to_allv_async(device_span<const T> in,
-                                       std::span<const std::size_t> send_counts, device_span<T> out,
-                                       std::span<const std::size_t> recv_counts,
-                                       stream_ref stream = {}) {
-    device_buffers();
-    return this->template all_to_allv_impl<T>(host_view(in), send_counts, host_view(out),
-                                              recv_counts, true, stream.handle);
-  }
-  /// Returns once every rank has entered the barrier and the work before it on `stream` is done.
-  void barrier(stream_ref stream) {
-    device_buffers();
-    this->barrier_impl(false, stream.handle);
-  }
-  template <element T>
-  void send(device_span<const T> data, int dst, std::uint64_t tag = 0, stream_ref stream = {}) {
-    device_buffers();
-    this->p2p_impl(detail::collective::send, std::as_bytes(host_view(data)), {}, dst, tag,
-                   dtype_of<T>, stream.handle);
-  }
-  template <element T>
-  void recv(device_span<T> data, int src, std::uint64_t tag = 0, stream_ref stream = {}) {
-    device_buffers();
-    this->p2p_impl(detail::collective::recv, {}, std::as_writable_bytes(host_view(data)), src, tag,
-                   dtype_of<T>, stream.handle);
+  template <detail::writable_buffer Buf>
+  void recv(Buf data, int src, std::uint64_t tag = 0, stream_type stream = {}) {
+    this->p2p_impl(detail::collective::recv, {}, std::as_writable_bytes(view(data)), src, tag,
+                   dtype_of<detail::value_of<Buf>>, handle(stream));
   }
 
  private:
-  static constexpr bool on_device =
-      std::is_same_v<typename Transport::memory_space, cuda_device_memory>;
-  /// Host spans on a device transport: a compile error that says what to pass instead.
-  static constexpr void host_buffers() noexcept {
-    static_assert(!on_device,
-                  "tutti: this communicator's transport (tutti::nccl) works on GPU memory: pass "
-                  "tutti::device_span<T>(device_pointer, count), not std::span (host memory)");
+  /// `b` as the std::span the machinery works on; a compile error with a sentence when it is
+  /// not in this transport's memory space.
+  template <class B>
+  static auto view(B b) noexcept {
+    return detail::view<memory_space>(b);
   }
-  static constexpr void device_buffers() noexcept {
-    static_assert(on_device,
-                  "tutti: tutti::device_span is GPU memory; this communicator's transport works on "
-                  "host memory: pass std::span");
+  /// An input beside output `Out`: the same checks, and the same element type as the output.
+  template <class In, class Out>
+  static auto view(In in, Out) noexcept {
+    detail::check_same_elements<In, Out>();
+    return detail::view<memory_space>(in);
   }
-  /// The same pointer and count as a std::span, for the byte-level machinery (which never
-  /// dereferences device memory on the host).
-  template <class T>
-  static std::span<T> host_view(device_span<T> d) noexcept {
-    return {d.data(), d.size()};
-  }
+  static void* handle(stream_type s) noexcept { return detail::stream_handle(s); }
+  static constexpr auto all_gatherv_k = detail::collective::all_gatherv;
+  static constexpr auto gatherv_k = detail::collective::gatherv;
+  static constexpr auto scatterv_k = detail::collective::scatterv;
 };
 
 }  // namespace tutti

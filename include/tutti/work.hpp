@@ -29,10 +29,13 @@ struct work_state {
 };
 }  // namespace detail
 
-/// Completion of an async collective. Collectives run in issue order on the communicator's
-/// progress thread; the buffers passed to the call must stay alive and untouched until
-/// `wait()` returns or `done()` is true. Every collective has its own deadline, so a wait
-/// always ends. Destroying an unwaited work handle does not cancel the collective.
+/// Completion of an async collective, the same for host and device memory. On host memory the
+/// collectives run in issue order on the communicator's progress thread; on device memory
+/// (tutti::nccl) each is enqueued on its CUDA stream before the call returns, and the handle
+/// completes once the stream has reached the end of it. Either way the buffers passed to the
+/// call must stay alive and untouched (on the host, or by other streams' work) until `wait()`
+/// returns or `done()` is true. Every collective has its own deadline, so a wait always ends.
+/// Destroying an unwaited work handle does not cancel the collective.
 class work {
  public:
   work() = default;

@@ -19,6 +19,7 @@
 #include "tutti/core/types.hpp"
 #include "tutti/detail/algo_table.hpp"
 #include "tutti/detail/call.hpp"
+#include "tutti/detail/communicator_buffers.hpp"
 #include "tutti/detail/context.hpp"
 #include "tutti/detail/policy_traits.hpp"
 #include "tutti/detail/progress.hpp"
@@ -48,8 +49,7 @@ class communicator_base {
   // once however many types a program reduces.
 
   template <class T, class Op>
-  work all_reduce_impl(std::span<const T> in, std::span<T> out, Op, bool async,
-                       void* stream = nullptr) {
+  work all_reduce_impl(input_span<T> in, std::span<T> out, Op, bool async, void* stream = nullptr) {
     check_reducible<Op, T>();
     static_assert(has_all_reduce<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement all_reduce on this transport "
@@ -59,7 +59,7 @@ class communicator_base {
   }
 
   template <class T, class Op>
-  work reduce_impl(std::span<const T> in, std::span<T> out, Op, int root, bool async,
+  work reduce_impl(input_span<T> in, std::span<T> out, Op, int root, bool async,
                    void* stream = nullptr) {
     check_reducible<Op, T>();
     static_assert(has_reduce<Algorithm, Transport>,
@@ -69,7 +69,7 @@ class communicator_base {
   }
 
   template <class T, class Op>
-  work reduce_scatter_impl(std::span<const T> in, std::span<T> out, Op, bool async,
+  work reduce_scatter_impl(input_span<T> in, std::span<T> out, Op, bool async,
                            void* stream = nullptr) {
     check_reducible<Op, T>();
     static_assert(has_reduce_scatter<Algorithm, Transport>,
@@ -88,8 +88,7 @@ class communicator_base {
   }
 
   template <class T>
-  work all_gather_impl(std::span<const T> in, std::span<T> out, bool async,
-                       void* stream = nullptr) {
+  work all_gather_impl(input_span<T> in, std::span<T> out, bool async, void* stream = nullptr) {
     static_assert(has_all_gather<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement all_gather on this transport");
     return moving(plain<T>(collective::all_gather, in.size(), -1).on(stream), bytes(in), in.size(),
@@ -102,9 +101,17 @@ class communicator_base {
     return all_gather_impl<T>(buf.subspan(static_cast<std::size_t>(rank()) * n, n), buf, async,
                               stream);
   }
+  /// In place: block rank() of `buf` receives the result (NCCL's in-place layout too).
+  template <class T, class Op>
+  work reduce_scatter_in_place(std::span<T> buf, Op op, bool async, void* stream = nullptr) {
+    if (buf.size() % world() != 0) bad_size("reduce_scatter", buf.size());
+    const std::size_t n = buf.size() / world();
+    return reduce_scatter_impl<T>(buf, buf.subspan(static_cast<std::size_t>(rank()) * n, n), op,
+                                  async, stream);
+  }
 
   template <class T>
-  work gather_impl(std::span<const T> in, std::span<T> out, int root, bool async,
+  work gather_impl(input_span<T> in, std::span<T> out, int root, bool async,
                    void* stream = nullptr) {
     static_assert(has_gather<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement gather on this transport");
@@ -113,7 +120,7 @@ class communicator_base {
   }
 
   template <class T>
-  work scatter_impl(std::span<const T> in, std::span<T> out, int root, bool async,
+  work scatter_impl(input_span<T> in, std::span<T> out, int root, bool async,
                     void* stream = nullptr) {
     static_assert(has_scatter<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement scatter on this transport");
@@ -122,8 +129,7 @@ class communicator_base {
   }
 
   template <class T>
-  work all_to_all_impl(std::span<const T> in, std::span<T> out, bool async,
-                       void* stream = nullptr) {
+  work all_to_all_impl(input_span<T> in, std::span<T> out, bool async, void* stream = nullptr) {
     static_assert(has_all_to_all<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement all_to_all on this transport");
     return moving(plain<T>(collective::all_to_all, in.size() / world(), -1).on(stream), bytes(in),
@@ -131,7 +137,7 @@ class communicator_base {
   }
 
   template <collective Kind, class T>
-  work vector_impl(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts,
+  work vector_impl(input_span<T> in, std::span<T> out, std::span<const std::size_t> counts,
                    int root, bool async, void* stream = nullptr) {
     static_assert(Kind != collective::all_gatherv || has_all_gatherv<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement all_gatherv");
@@ -144,7 +150,7 @@ class communicator_base {
   }
 
   template <class T>
-  work all_to_allv_impl(std::span<const T> in, std::span<const std::size_t> sc, std::span<T> out,
+  work all_to_allv_impl(input_span<T> in, std::span<const std::size_t> sc, std::span<T> out,
                         std::span<const std::size_t> rc, bool async, void* stream = nullptr) {
     static_assert(has_all_to_allv<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement all_to_allv on this transport");
