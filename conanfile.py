@@ -24,12 +24,13 @@ required_conan_version = ">=2.0"
 class TuttiConan(ConanFile):
     name = "tutti"
     description = "Header-only C++20 collective communication for distributed training"
+    license = "Apache-2.0"
     topics = ("collectives", "all-reduce", "distributed-training", "nccl", "gloo", "header-only")
     package_type = "header-library"
     settings = "os", "arch", "compiler", "build_type"
     options = {"with_gloo": [True, False], "with_nccl": [True, False]}
     default_options = {"with_gloo": False, "with_nccl": False}
-    exports_sources = "include/*"
+    exports_sources = "include/*", "LICENSE"
     no_copy_source = True
 
     def set_version(self):
@@ -50,6 +51,7 @@ class TuttiConan(ConanFile):
             raise ConanInvalidConfiguration("tutti needs Linux (POSIX shared memory, prctl)")
 
     def package(self):
+        copy(self, "LICENSE", src=self.source_folder, dst=os.path.join(self.package_folder, "licenses"))
         for pattern in ("*.hpp", "*.h", "*.cuh"):
             copy(self, pattern, src=os.path.join(self.source_folder, "include"),
                  dst=os.path.join(self.package_folder, "include"))

@@ -36,7 +36,8 @@ endif()
 # land here and not in the checkout.
 set(_recipe "${WORK_DIR}/recipe")
 file(REMOVE_RECURSE "${_recipe}" "${WORK_DIR}/conan_home")
-file(COPY "${SOURCE_DIR}/conanfile.py" "${SOURCE_DIR}/include" DESTINATION "${_recipe}")
+file(COPY "${SOURCE_DIR}/conanfile.py" "${SOURCE_DIR}/include" "${SOURCE_DIR}/LICENSE"
+     DESTINATION "${_recipe}")
 file(COPY "${SOURCE_DIR}/test_package" DESTINATION "${_recipe}"
      PATTERN build EXCLUDE PATTERN CMakeUserPresets.json EXCLUDE)
 
@@ -50,4 +51,15 @@ execute_process(
   RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _out)
 if(NOT _rc EQUAL 0 OR NOT _out MATCHES "all_reduce over tutti::inproc, 4 ranks: ok")
   message(FATAL_ERROR "conan create failed (${_rc}):\n${_out}")
+endif()
+# The package declares its license and carries the text (ConanCenter's rule: licenses/).
+file(GLOB _licenses "${WORK_DIR}/conan_home/p/b/*/p/licenses/LICENSE")
+if(NOT _licenses)
+  message(FATAL_ERROR "the Conan package has no licenses/LICENSE")
+endif()
+execute_process(
+  COMMAND ${_env} "${_conan}" inspect "${_recipe}" --format=json
+  RESULT_VARIABLE _rc OUTPUT_VARIABLE _inspect ERROR_VARIABLE _inspect_err)
+if(NOT _rc EQUAL 0 OR NOT _inspect MATCHES "\"license\": \"Apache-2.0\"")
+  message(FATAL_ERROR "conan inspect does not report license Apache-2.0 (${_rc}):\n${_inspect}${_inspect_err}")
 endif()

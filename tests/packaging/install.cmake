@@ -13,7 +13,8 @@ foreach(_file IN ITEMS
     share/cmake/tutti/tuttiConfigVersion.cmake
     share/cmake/tutti/tuttiTargets.cmake
     share/cmake/tutti/FindNCCL.cmake
-    share/pkgconfig/tutti.pc)
+    share/pkgconfig/tutti.pc
+    share/doc/tutti/LICENSE)
   if(NOT EXISTS "${PREFIX}/${_file}")
     message(FATAL_ERROR "not installed: ${_file}")
   endif()

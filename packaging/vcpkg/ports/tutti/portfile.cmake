@@ -30,9 +30,4 @@ vcpkg_cmake_config_fixup(CONFIG_PATH share/cmake/tutti)
 vcpkg_fixup_pkgconfig()
 
 file(INSTALL "${CMAKE_CURRENT_LIST_DIR}/usage" DESTINATION "${CURRENT_PACKAGES_DIR}/share/${PORT}")
-if(EXISTS "${SOURCE_PATH}/LICENSE")
-  vcpkg_install_copyright(FILE_LIST "${SOURCE_PATH}/LICENSE")
-else()
-  file(WRITE "${CURRENT_PACKAGES_DIR}/share/${PORT}/copyright"
-    "tutti ${VERSION} has no LICENSE file yet; ask its authors before redistributing it.\n")
-endif()
+vcpkg_install_copyright(FILE_LIST "${SOURCE_PATH}/LICENSE")
