@@ -97,6 +97,9 @@ void check_policy() {
 
 }  // namespace
 
+// The versioned inline namespace (version.hpp): tutti::x is tutti::v0::x.
+static_assert(std::is_same_v<tutti::inproc, tutti::v0::inproc>);
+static_assert(std::is_same_v<tutti::ring, tutti::v0::ring>);
 static_assert(tutti::point_to_point<tutti::inproc>);
 static_assert(tutti::fused_receive<tutti::inproc>);
 static_assert(tutti::shared_segment<tutti::inproc>);

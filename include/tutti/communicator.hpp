@@ -20,7 +20,7 @@
 #include "tutti/detail/communicator_buffers.hpp"
 #include "tutti/work.hpp"
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 /// A group of ranks over `Transport`, running collectives with `Algorithm`.
 ///
@@ -318,4 +318,4 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   static constexpr auto scatterv_k = detail::collective::scatterv;
 };
 
-}  // namespace tutti
+}  // namespace tutti::inline v0

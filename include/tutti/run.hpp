@@ -24,7 +24,7 @@
 #include "tutti/detail/inproc_world.hpp"
 #include "tutti/transport/inproc.hpp"
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 template <class Algorithm, class Fn>
 void inproc::run(int n, Fn&& fn, const options& opts) {
@@ -87,4 +87,4 @@ void inproc::run(int n, Fn&& fn, const options& opts) {
   run<automatic>(n, std::forward<Fn>(fn), opts);
 }
 
-}  // namespace tutti
+}  // namespace tutti::inline v0

@@ -10,7 +10,7 @@
 
 #include "tutti/detail/wait.hpp"
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 namespace detail {
 struct work_state {
@@ -76,4 +76,4 @@ class work {
   std::shared_ptr<detail::work_state> s_;
 };
 
-}  // namespace tutti
+}  // namespace tutti::inline v0

@@ -28,7 +28,7 @@
 #include "tutti/core/types.hpp"
 #include "tutti/work.hpp"
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 /// Built-in communication hooks: all-reduce float buckets (float, double, long double) in a
 /// 16-bit type, halving (or quartering) the bytes moved. Other buckets are not affected.
@@ -637,4 +637,4 @@ class bucketer {
   bool rebuilt_ = false;
 };
 
-}  // namespace tutti
+}  // namespace tutti::inline v0

@@ -12,7 +12,7 @@
 
 #include "tutti/core/error.hpp"
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 namespace detail {
 
@@ -169,4 +169,4 @@ class distributed_sampler {
   std::size_t total_size_ = 0;
 };
 
-}  // namespace tutti
+}  // namespace tutti::inline v0

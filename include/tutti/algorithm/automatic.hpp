@@ -25,7 +25,7 @@
 #include "tutti/detail/cost.hpp"
 #include "tutti/detail/policy_traits.hpp"
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 namespace detail {
 
@@ -381,4 +381,4 @@ struct automatic {
 #pragma nv_diagnostic pop
 #endif
 
-}  // namespace tutti
+}  // namespace tutti::inline v0

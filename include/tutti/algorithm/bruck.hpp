@@ -8,7 +8,7 @@
 
 #include "tutti/detail/schedules.hpp"
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 struct bruck {
   static constexpr const char* name = "bruck";
@@ -66,4 +66,4 @@ struct bruck {
   }
 };
 
-}  // namespace tutti
+}  // namespace tutti::inline v0

@@ -18,7 +18,7 @@
 #include "tutti/detail/schedules.hpp"
 #include "tutti/transport/concepts.hpp"
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 struct direct {
   static constexpr const char* name = "direct";
@@ -295,4 +295,4 @@ struct direct {
   }
 };
 
-}  // namespace tutti
+}  // namespace tutti::inline v0

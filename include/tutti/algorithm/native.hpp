@@ -10,7 +10,7 @@
 
 #include "tutti/transport/concepts.hpp"
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 struct native {
   static constexpr const char* name = "native";
@@ -89,4 +89,4 @@ struct native {
   }
 };
 
-}  // namespace tutti
+}  // namespace tutti::inline v0

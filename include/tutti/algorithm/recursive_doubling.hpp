@@ -10,7 +10,7 @@
 #include "tutti/detail/recursive.hpp"
 #include "tutti/detail/schedules.hpp"
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 struct recursive_doubling {
   static constexpr const char* name = "recursive_doubling";
@@ -40,4 +40,4 @@ struct recursive_doubling {
   }
 };
 
-}  // namespace tutti
+}  // namespace tutti::inline v0

@@ -12,7 +12,7 @@
 #include "tutti/detail/recursive.hpp"
 #include "tutti/detail/schedules.hpp"
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 struct recursive_halving {
   static constexpr const char* name = "recursive_halving";
@@ -71,4 +71,4 @@ struct recursive_halving {
   }
 };
 
-}  // namespace tutti
+}  // namespace tutti::inline v0

@@ -11,7 +11,7 @@
 #include "tutti/detail/schedules.hpp"
 #include "tutti/transport/concepts.hpp"
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 struct ring {
   static constexpr const char* name = "ring";
@@ -79,4 +79,4 @@ struct ring {
   }
 };
 
-}  // namespace tutti
+}  // namespace tutti::inline v0

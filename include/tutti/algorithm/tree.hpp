@@ -8,7 +8,7 @@
 #include "tutti/detail/schedules.hpp"
 #include "tutti/transport/concepts.hpp"
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 struct tree {
   static constexpr const char* name = "tree";
@@ -50,4 +50,4 @@ struct tree {
   }
 };
 
-}  // namespace tutti
+}  // namespace tutti::inline v0

@@ -21,7 +21,7 @@
 
 #include <tutti/core/error.hpp>
 
-namespace tutti::bootstrap {
+namespace tutti::inline v0::bootstrap {
 
 /// Which launcher's variables gave the rank and size.
 enum class launcher {
@@ -62,9 +62,9 @@ struct world_info {
   return "unknown";
 }
 
-}  // namespace tutti::bootstrap
+}  // namespace tutti::inline v0::bootstrap
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 /// Every variable detect_world reads, and TUTTI_STORE_FD (set by tutti::spawn in rank 0): what a
 /// test clears to run outside any launcher.
@@ -247,9 +247,9 @@ inline world_vars slurm_local(bootstrap::world_info& w) {
   return v;
 }
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail
 
-namespace tutti::bootstrap {
+namespace tutti::inline v0::bootstrap {
 
 /// Reads the launcher variables of this process. Precedence, first match wins:
 ///  1. RANK + WORLD_SIZE (torchrun, tutti::spawn, a user); LOCAL_RANK and LOCAL_WORLD_SIZE,
@@ -353,4 +353,4 @@ namespace tutti::bootstrap {
   return std::to_string(ppid) + "-" + field;
 }
 
-}  // namespace tutti::bootstrap
+}  // namespace tutti::inline v0::bootstrap

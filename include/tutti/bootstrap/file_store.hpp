@@ -35,7 +35,7 @@
 #include <tutti/core/error.hpp>
 #include <tutti/detail/unique_fd.hpp>
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 inline constexpr char file_store_magic[8] = {'T', 'U', 'T', 'T', 'I', 'K', 'V', '1'};
 inline constexpr std::size_t file_store_header = sizeof file_store_magic;
@@ -66,9 +66,9 @@ inline void file_store_put_u32(std::vector<std::byte>& out, std::size_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(std::byte((v >> (8 * i)) & 0xff));
 }
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail
 
-namespace tutti::bootstrap {
+namespace tutti::inline v0::bootstrap {
 
 /// A store kept in the file `path` on a file system shared by every rank (local disk for one
 /// node; NFS and Lustre work where flock() does). Safe across processes and threads; waiting
@@ -319,4 +319,4 @@ class file_store final : public store {
   return dir;
 }
 
-}  // namespace tutti::bootstrap
+}  // namespace tutti::inline v0::bootstrap

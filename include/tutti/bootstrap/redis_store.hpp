@@ -30,7 +30,7 @@
 #include "tutti/core/error.hpp"
 #include "tutti/detail/unique_fd.hpp"
 
-namespace tutti::bootstrap {
+namespace tutti::inline v0::bootstrap {
 
 /// A store kept by a Redis server every rank can reach. Gloo's RedisStore makes the
 /// connection; tutti speaks to it with plain SET/GET/INCRBY/EXISTS so a later set replaces the
@@ -216,6 +216,6 @@ class redis_store final : public store {
   std::unique_ptr<connection> r_;
 };
 
-}  // namespace tutti::bootstrap
+}  // namespace tutti::inline v0::bootstrap
 
 #endif

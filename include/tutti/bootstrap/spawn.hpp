@@ -30,7 +30,7 @@
 #include <tutti/core/error.hpp>
 #include <tutti/detail/unique_fd.hpp>
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 /// What tutti::spawn runs: callable with no arguments, returning int or void.
 template <class Fn>
@@ -294,9 +294,9 @@ inline void spawn_abort(const std::vector<pid_t>& pids) noexcept {
   return *ms;
 }
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 /// Runs `fn()` as every rank of a job and returns the job's exit status.
 ///
@@ -369,4 +369,4 @@ template <class Fn>
   return detail::spawn_wait(pids, live, grace_ms);
 }
 
-}  // namespace tutti
+}  // namespace tutti::inline v0

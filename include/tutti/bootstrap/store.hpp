@@ -19,7 +19,7 @@
 #include <tutti/core/error.hpp>
 #include <tutti/core/options.hpp>
 
-namespace tutti::bootstrap {
+namespace tutti::inline v0::bootstrap {
 
 /// The longest key a store accepts, in bytes (keys are never empty).
 inline constexpr std::size_t max_key_bytes = 4096;
@@ -72,9 +72,9 @@ class store {
   }
 };
 
-}  // namespace tutti::bootstrap
+}  // namespace tutti::inline v0::bootstrap
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 using store_clock = std::chrono::steady_clock;
 
@@ -194,4 +194,4 @@ inline void check_store_value(const std::string& store_name, std::string_view ke
   return {b, reinterpret_cast<const std::byte*>(end)};
 }
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

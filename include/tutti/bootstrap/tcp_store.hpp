@@ -27,7 +27,7 @@
 #include <tutti/detail/store/wire.hpp>
 #include <tutti/detail/unique_fd.hpp>
 
-namespace tutti::bootstrap {
+namespace tutti::inline v0::bootstrap {
 
 /// The token a tcp_store uses when none is given: TUTTI_STORE_TOKEN, or "" (none); the same
 /// default as tutti::options::store_token.
@@ -316,4 +316,4 @@ class tcp_store final : public store {
   std::string lost_what_;
 };
 
-}  // namespace tutti::bootstrap
+}  // namespace tutti::inline v0::bootstrap

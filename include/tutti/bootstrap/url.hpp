@@ -26,7 +26,7 @@
 #include <tutti/core/error.hpp>
 #include <tutti/core/options.hpp>
 
-namespace tutti::bootstrap {
+namespace tutti::inline v0::bootstrap {
 
 /// A parsed init URL. `scheme` is lower case; `port` is -1 where the scheme has none;
 /// `path` (file://) and the query values are percent-decoded.
@@ -38,9 +38,9 @@ struct init_url {
   std::map<std::string, std::string> query;
 };
 
-}  // namespace tutti::bootstrap
+}  // namespace tutti::inline v0::bootstrap
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 [[noreturn]] inline void url_fail(std::string_view url, const std::string& why) {
   store_fail(errc::invalid_argument, "invalid init URL '" + std::string(url) + "': " + why);
@@ -124,9 +124,9 @@ inline void url_host_port(std::string_view url, std::string_view scheme, std::st
   return {std::move(addr), port};
 }
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail
 
-namespace tutti::bootstrap {
+namespace tutti::inline v0::bootstrap {
 
 /// Parses an init URL:
 ///   env://                      MASTER_ADDR / MASTER_PORT from the environment
@@ -249,4 +249,4 @@ namespace tutti::bootstrap {
   detail::store_fail(errc::invalid_argument, "make_store: unknown scheme '" + url.scheme + "'");
 }
 
-}  // namespace tutti::bootstrap
+}  // namespace tutti::inline v0::bootstrap

@@ -16,7 +16,7 @@
 
 #include "tutti/core/half.hpp"  // detail::float16_storage
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 namespace detail {
 
@@ -53,7 +53,7 @@ class bfloat16 : public detail::float16_storage<bfloat16, detail::bfloat16_forma
 
 static_assert(sizeof(bfloat16) == 2 && std::is_trivially_copyable_v<bfloat16>);
 
-}  // namespace tutti
+}  // namespace tutti::inline v0
 
 /// `std::numeric_limits` for `tutti::bfloat16`, following the conventions used for `float`.
 /// `is_iec559` is false: bfloat16 is not one of the IEEE 754 interchange formats.

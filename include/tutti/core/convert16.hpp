@@ -48,7 +48,7 @@
 #define TUTTI_DETAIL_X86_DISPATCH 0
 #endif
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 // The lanes below are written for auto-vectorization:
 // - the half lanes, which use floating-point operations, select between their cases with bit
@@ -415,4 +415,4 @@ void combine_via_float(T* d, const T* a, const T* b, std::size_t n, Op op,
   via_float_blocks<portable_converters>(d, a, b, n, op);
 }
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

@@ -10,7 +10,7 @@
 
 struct CUstream_st;  // CUDA's stream type: cudaStream_t is CUstream_st*
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 /// A non-owning view of device memory (cudaMalloc, cudaMallocAsync, ncclMemAlloc...). tutti
 /// never dereferences it on the host.
@@ -53,4 +53,4 @@ struct stream_ref {
       : handle(static_cast<void*>(s)) {}
 };
 
-}  // namespace tutti
+}  // namespace tutti::inline v0

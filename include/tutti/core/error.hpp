@@ -6,7 +6,7 @@
 #include <string>
 #include <system_error>
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 /// Why a collective failed.
 enum class errc : int {
@@ -92,7 +92,7 @@ class error : public std::system_error {
   int peer_;
 };
 
-}  // namespace tutti
+}  // namespace tutti::inline v0
 
 template <>
 struct std::is_error_code_enum<tutti::errc> : std::true_type {};

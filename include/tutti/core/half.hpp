@@ -14,7 +14,7 @@
 #include <limits>
 #include <type_traits>
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 namespace detail {
 
@@ -296,7 +296,7 @@ class half : public detail::float16_storage<half, detail::binary16_format,
 
 static_assert(sizeof(half) == 2 && std::is_trivially_copyable_v<half>);
 
-}  // namespace tutti
+}  // namespace tutti::inline v0
 
 /// `std::numeric_limits` for `tutti::half`, following the conventions used for `float`.
 template <>

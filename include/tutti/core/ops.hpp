@@ -8,7 +8,7 @@
 
 #include "tutti/core/types.hpp"
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 /// Runtime tag of a reduction; part of every call's fingerprint.
 enum class op_kind : std::uint8_t { none, sum, prod, min, max, avg, band, bor, bxor };
@@ -110,4 +110,4 @@ consteval void check_reducible() {
 }
 
 }  // namespace detail
-}  // namespace tutti
+}  // namespace tutti::inline v0

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 namespace detail {
 
@@ -52,4 +52,4 @@ struct options {
   std::string store_token = detail::env_string("TUTTI_STORE_TOKEN");
 };
 
-}  // namespace tutti
+}  // namespace tutti::inline v0

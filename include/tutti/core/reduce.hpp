@@ -12,7 +12,7 @@
 #include "tutti/core/ops.hpp"
 #include "tutti/core/types.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 template <class T>
 inline constexpr bool is_float16 = std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
@@ -117,4 +117,4 @@ template <op_kind K, class T>
   return r;
 }
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

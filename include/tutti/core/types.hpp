@@ -10,7 +10,7 @@
 #include "tutti/core/bfloat16.hpp"
 #include "tutti/core/half.hpp"
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 /// Runtime tag of an element type; part of every call's fingerprint.
 enum class dtype : std::uint8_t {
@@ -140,4 +140,4 @@ concept integral_element = element<T> && std::is_integral_v<T>;
   return "?";
 }
 
-}  // namespace tutti
+}  // namespace tutti::inline v0

@@ -21,7 +21,7 @@
 #include "tutti/core/error.hpp"
 #include "tutti/detail/call.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 enum class policy_id : std::uint8_t {
   ring,
@@ -137,4 +137,4 @@ class algo_table {
   std::vector<algo_rule> rules_;
 };
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstring>
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 /// memmove of host memory; nothing when n is 0 or the ranges are the same.
 inline void copy_bytes(void* d, const void* s, std::size_t n) noexcept {
@@ -27,4 +27,4 @@ struct blocks {
   }
 };
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

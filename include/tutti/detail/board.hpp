@@ -11,7 +11,7 @@
 
 #include "tutti/detail/call.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 class call_board_row {
  public:
@@ -75,4 +75,4 @@ template <class BoardOf>
   return fallback;
 }
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

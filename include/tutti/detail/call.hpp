@@ -11,7 +11,7 @@
 #include "tutti/core/reduce.hpp"
 #include "tutti/core/types.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 enum class collective : std::uint8_t {
   none,
@@ -118,4 +118,4 @@ template <class Range>
   return h;
 }
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

@@ -35,7 +35,7 @@
 
 #include "tutti/detail/text_fields.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 /// This kernel's boot id: processes that share it share one machine's CPUs (whatever their
 /// namespaces). "" where it cannot be read.
@@ -242,4 +242,4 @@ class cma_ack_words {
   std::uint64_t last_value_ = 0;
 };
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

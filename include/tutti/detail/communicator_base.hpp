@@ -25,7 +25,7 @@
 #include "tutti/detail/progress.hpp"
 #include "tutti/work.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 template <class Transport, class Algorithm>
 class communicator_base {
@@ -448,4 +448,4 @@ class communicator_base {
   std::unique_ptr<state> s_;
 };
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

@@ -12,7 +12,7 @@
 #include "tutti/core/types.hpp"
 #include "tutti/transport/concepts.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 template <class B>
 struct buffer_traits {
@@ -107,4 +107,4 @@ template <class Space, class B>
 [[nodiscard]] constexpr void* stream_handle(stream_ref s) noexcept { return s.handle; }
 [[nodiscard]] constexpr void* stream_handle(no_stream) noexcept { return nullptr; }
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

@@ -17,7 +17,7 @@
 #include "tutti/detail/wait.hpp"
 #include "tutti/transport/concepts.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 /// Scratch buffers a communicator keeps between calls, so steady-state calls do not allocate.
 struct scratch_space {
@@ -158,4 +158,4 @@ class context {
   bool finished_ = false;
 };
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

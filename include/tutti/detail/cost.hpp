@@ -3,7 +3,7 @@
 /// The α-β-γ cost model's parameters (Thakur, Rabenseifner & Gropp 2005): a message of n bytes
 /// costs α + nβ, reducing n bytes costs nγ.
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 /// Per-transport defaults, in microseconds and microseconds per byte.
 struct cost_model {
@@ -20,4 +20,4 @@ struct cost_model {
   friend bool operator==(const cost_model&, const cost_model&) = default;
 };
 
-}  // namespace tutti
+}  // namespace tutti::inline v0

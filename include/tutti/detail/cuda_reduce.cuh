@@ -42,7 +42,7 @@
 #include "tutti/core/types.hpp"
 #include "tutti/detail/device_reduce.hpp"
 
-namespace tutti::detail::cuda {
+namespace tutti::inline v0::detail::cuda {
 
 /// Launch shape: 256 threads, 8 blocks per SM (2048 threads: full occupancy on sm_80/sm_90).
 inline constexpr int block_threads = 256;
@@ -335,9 +335,9 @@ void fill_ops(device_reducers& r, std::index_sequence<I...> /*unused*/) noexcept
   (fill_op<static_cast<op_kind>(I + 1)>(r, device_element_types{}), ...);
 }
 
-}  // namespace tutti::detail::cuda
+}  // namespace tutti::inline v0::detail::cuda
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 /// Registers a kernel for every (op, element type) pair that tutti::reducible admits and the
 /// device can hold (all but long double), and the division for avg; sets `filled`.
@@ -346,6 +346,6 @@ inline void fill_device_reducers(device_reducers& r) noexcept {
   r.filled = true;
 }
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail
 
 #endif  // __CUDACC__

@@ -10,7 +10,7 @@
 #include "tutti/core/ops.hpp"
 #include "tutti/core/types.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 /// d = a op b over n elements, launched on `stream` (a cudaStream_t); returns the launch's
 /// cudaError_t as an int (0: cudaSuccess). d may alias a or b.
@@ -44,4 +44,4 @@ struct device_reducers {
   return table;
 }
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

@@ -24,7 +24,7 @@
 #include "tutti/detail/text_fields.hpp"
 #include "tutti/detail/unique_fd.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 /// splitmix64's finaliser: a cheap, well-mixed 64-bit hash step.
 [[nodiscard]] constexpr std::uint64_t gloo_mix(std::uint64_t h, std::uint64_t v) noexcept {
@@ -146,4 +146,4 @@ struct gloo_abort_record {
   return !name.empty() && ::if_nametoindex(name.c_str()) != 0;
 }
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

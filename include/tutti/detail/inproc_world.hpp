@@ -18,7 +18,7 @@
 #include "tutti/detail/call.hpp"
 #include "tutti/detail/wait.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 /// One posted send or receive. Lives on the heap, owned by its request, and never moves while
 /// a channel can see it.
@@ -216,4 +216,4 @@ class inproc_world {
   std::vector<std::unique_ptr<std::byte[]>> segments_;
 };
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

@@ -9,7 +9,7 @@
 
 #include "tutti/detail/context.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 template <class A, class T>
 concept has_all_reduce = requires(context<T>& c, const std::byte* i, std::byte* o, std::size_t n) {
@@ -65,4 +65,4 @@ concept has_barrier = requires(context<T>& c) { A::barrier(c); };
   return off;
 }
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

@@ -12,7 +12,7 @@
 
 #include "tutti/detail/unique_fd.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 /// The state letter in the contents of /proc/<pid>/stat ("pid (comm) S ..."; comm may hold
 /// spaces and parentheses, so the state follows the last ')'), or '\0' if `stat` is malformed.
@@ -39,4 +39,4 @@ namespace tutti::detail {
   return state == 'T' || state == 't';
 }
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

@@ -11,7 +11,7 @@
 
 #include "tutti/work.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 class progress_queue {
  public:
@@ -81,4 +81,4 @@ class progress_queue {
   std::thread thread_;
 };
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

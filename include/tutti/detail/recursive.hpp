@@ -10,7 +10,7 @@
 
 #include "tutti/detail/schedules.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 struct fold {
   int pof2 = 1;
@@ -103,4 +103,4 @@ void doubling_all_reduce(Ctx& c, std::byte* buf, std::size_t bytes) {
   fold_out(c, buf, bytes, f);
 }
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

@@ -11,7 +11,7 @@
 
 #include "tutti/detail/blocks.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 inline int mod(int a, int p) noexcept { return ((a % p) + p) % p; }
 
@@ -215,4 +215,4 @@ void dissemination_barrier(Ctx& c) {
   for (int k = 1; k < p; k <<= 1) c.sendrecv(mod(r + k, p), nullptr, 0, mod(r - k, p), nullptr, 0);
 }
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <span>
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 using sha256_digest = std::array<std::byte, 32>;
 
@@ -153,4 +153,4 @@ class sha256 {
   return true;
 }
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

@@ -25,7 +25,7 @@
 #include "tutti/detail/call.hpp"
 #include "tutti/detail/shm_layout.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 /// One posted send or receive.
 struct shm_op {
@@ -347,4 +347,4 @@ class shm_channels {
   std::size_t pending_ = 0;
 };
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

@@ -22,7 +22,7 @@
 #include "tutti/detail/call.hpp"
 #include "tutti/detail/wait.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 inline constexpr std::size_t cache_line = 64;
 
@@ -260,4 +260,4 @@ class shm_view {
   shm_layout layout_;
 };
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

@@ -39,7 +39,7 @@
 #include "tutti/detail/shm_layout.hpp"
 #include "tutti/detail/unique_fd.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 [[noreturn]] inline void shm_fail(errc code, int rank, const std::string& what) {
   throw error(code, "", 0, rank, -1, "tutti::shm: " + what);
@@ -321,4 +321,4 @@ class shm_watch {
   std::vector<unique_fd> fds_;
 };
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

@@ -13,7 +13,7 @@
 #include <system_error>
 #include <type_traits>
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 /// The next field of `rest`, up to a single space (consumed) or the end; nothing when `rest` is
 /// empty. With `last`, the field must end `rest`; without, a space must follow it.
@@ -51,4 +51,4 @@ template <class T>
   return field ? parse_integer<T>(*field, base) : std::nullopt;
 }
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

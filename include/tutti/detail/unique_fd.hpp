@@ -6,7 +6,7 @@
 
 #include <utility>
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 class unique_fd {
  public:
@@ -34,4 +34,4 @@ class unique_fd {
   int fd_ = -1;
 };
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

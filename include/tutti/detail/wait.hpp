@@ -21,7 +21,7 @@
 #include <immintrin.h>
 #endif
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 using clock = std::chrono::steady_clock;
 
@@ -162,4 +162,4 @@ void wait_on(doorbell& bell, bool shared, Ready&& ready, Poll&& poll,
   }
 }
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

@@ -11,7 +11,7 @@
 #include "tutti/detail/call.hpp"
 #include "tutti/detail/wait.hpp"
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 /// Memory spaces: where a transport's buffers live. A collective on a transport accepts only
 /// spans of its memory space.
@@ -127,4 +127,4 @@ template <class T>
 concept native_barrier =
     requires(T& t, const detail::call& c, detail::clock::time_point d) { t.native_barrier(c, d); };
 
-}  // namespace tutti
+}  // namespace tutti::inline v0

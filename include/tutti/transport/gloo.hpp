@@ -84,7 +84,7 @@
 #include "tutti/detail/wait.hpp"
 #include "tutti/transport/concepts.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 /// tutti's store as Gloo's rendezvous::Store, every key under `prefix`, every wait ending by
 /// the bootstrap's deadline. Notes what Gloo's connectFullMesh has reached: its addresses
@@ -568,9 +568,9 @@ struct gloo_state {
   }
 };
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 class gloo {
  public:
@@ -1941,6 +1941,6 @@ class gloo {
   std::shared_ptr<detail::gloo_state> s_;
 };
 
-}  // namespace tutti
+}  // namespace tutti::inline v0
 
 #endif

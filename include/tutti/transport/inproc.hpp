@@ -19,7 +19,7 @@
 #include "tutti/detail/inproc_world.hpp"
 #include "tutti/transport/concepts.hpp"
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 class inproc {
  public:
@@ -232,4 +232,4 @@ class inproc {
   int rank_;
 };
 
-}  // namespace tutti
+}  // namespace tutti::inline v0

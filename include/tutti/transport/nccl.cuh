@@ -13,7 +13,7 @@
 #include "tutti/detail/cuda_reduce.cuh"
 #include "tutti/transport/nccl.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 /// Fills the device reducer table during static initialisation (the table is a function-local
 /// static, so the order against other initialisers does not matter; filling twice is harmless).
@@ -22,4 +22,4 @@ inline const bool device_reducers_registered = [] {
   return true;
 }();
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

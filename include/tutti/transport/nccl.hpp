@@ -62,7 +62,7 @@
 #include "tutti/detail/wait.hpp"
 #include "tutti/transport/concepts.hpp"
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 namespace detail {
 
@@ -921,6 +921,6 @@ class nccl {
   std::shared_ptr<detail::nccl_state> s_;
 };
 
-}  // namespace tutti
+}  // namespace tutti::inline v0
 
 #endif

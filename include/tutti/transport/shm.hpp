@@ -40,7 +40,7 @@
 #include "tutti/detail/wait.hpp"
 #include "tutti/transport/concepts.hpp"
 
-namespace tutti {
+namespace tutti::inline v0 {
 
 namespace detail {
 
@@ -499,10 +499,9 @@ class shm {
   /// survivor that raises this and exits without closing its communicator would otherwise be
   /// the dead rank a slower survivor finds first (the lowest gone rank).
   [[noreturn]] void raise_died(const detail::call& c, int q) {
-    const std::string text =
-        "rank " + std::to_string(q) + " (pid " +
-        std::to_string(s_->view.block(q).pid.load(std::memory_order_relaxed)) +
-        ") died without closing its communicator";
+    const std::string text = "rank " + std::to_string(q) + " (pid " +
+                             std::to_string(s_->view.block(q).pid.load(std::memory_order_relaxed)) +
+                             ") died without closing its communicator";
     s_->view.abort(errc::peer_lost, text, q);
     throw error(errc::peer_lost, c.name_str(), c.seq, s_->rank, q, text);
   }
@@ -654,4 +653,4 @@ shm shm::join(int rank, int size, Publish&& publish, Fetch&& fetch, const option
   return shm(std::move(st));
 }
 
-}  // namespace tutti
+}  // namespace tutti::inline v0

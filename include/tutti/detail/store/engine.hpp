@@ -21,7 +21,7 @@
 #include "tutti/detail/store/wire.hpp"
 #include "tutti/detail/unique_fd.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 /// One client of the server: its socket (none when driven without one) and its buffers.
 struct store_connection {
@@ -313,4 +313,4 @@ class store_engine {
   std::vector<store_connection*> replied_;
 };
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

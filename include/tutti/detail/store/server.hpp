@@ -27,7 +27,7 @@
 #include "tutti/detail/store/wire.hpp"
 #include "tutti/detail/unique_fd.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 /// Serves the key-value map on a background thread: poll() over the listening socket, an
 /// eventfd that stops it, and every client. Only that thread touches the engine.
@@ -188,4 +188,4 @@ class store_server {
   std::thread thread_;
 };
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail

@@ -58,7 +58,7 @@
 #include "tutti/detail/sha256.hpp"
 #include "tutti/detail/unique_fd.hpp"
 
-namespace tutti::detail {
+namespace tutti::inline v0::detail {
 
 enum class store_op : std::uint8_t { set = 1, get = 2, add = 3, wait = 4, hello = 5, auth = 6 };
 enum class store_status : std::uint8_t { ok = 0, timeout = 1, failed = 2, challenge = 3 };
@@ -372,4 +372,4 @@ inline constexpr int store_eof = -1;
   return fd;
 }
 
-}  // namespace tutti::detail
+}  // namespace tutti::inline v0::detail
