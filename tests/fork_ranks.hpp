@@ -193,6 +193,17 @@ inline double stretched_limit_s(const report* rep, int n, double quiet) {
   return quiet + 10 * double(slowest) * 1e-9;
 }
 
+/// Survivor `r` of a world whose rank `victim` died exited 0 after raising peer_lost naming it.
+inline void check_named_death(const std::vector<int>& status, const report* rep, int r,
+                              int victim) {
+  CAPTURE(r);
+  const std::string what = rep->what[r];
+  CAPTURE(what);
+  CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
+  CHECK(rep->kind[r] == static_cast<int>(tutti::errc::peer_lost));
+  CHECK(rep->peer[r] == victim);
+}
+
 /// n ranks loop over all_reduce; rank n - 1 kills itself (SIGKILL) at its call `at`. Every
 /// other rank must raise peer_lost naming it within 1 s (stretched_limit_s). `make(rank)`
 /// builds a rank's communicator; `joined(comm, rank)` runs once it exists.
@@ -219,13 +230,9 @@ void check_killed_rank(int n, int at, shared_report& rep, Make&& make, Joined&& 
   const double limit = stretched_limit_s(rep.operator->(), n, 1.0);
   for (int r = 0; r < n; ++r) {
     if (r == victim) continue;
-    CAPTURE(r);
-    const std::string what = rep->what[r];
-    CAPTURE(what);
-    CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
-    CHECK(rep->kind[r] == static_cast<int>(tutti::errc::peer_lost));
-    CHECK(rep->peer[r] == victim);
+    check_named_death(status, rep.operator->(), r, victim);
     const double seconds = double(rep->caught_ns[r] - rep->died_ns) * 1e-9;
+    CAPTURE(r);
     CHECK(seconds >= 0.0);
     CHECK(seconds < limit);
   }

@@ -192,14 +192,7 @@ TEST_CASE("single copies: a sender that gives up after a third rank died and fre
     });
   });
   CHECK((WIFSIGNALED(status[2]) && WTERMSIG(status[2]) == SIGKILL));
-  for (int r : {0, 1}) {
-    CAPTURE(r);
-    const std::string what = rep->what[r];
-    CAPTURE(what);
-    CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
-    CHECK(rep->kind[r] == static_cast<int>(tutti::errc::peer_lost));
-    CHECK(rep->peer[r] == 2);
-  }
+  for (int r : {0, 1}) check_named_death(status, rep.operator->(), r, 2);
 }
 
 TEST_CASE("mismatched calls raise mismatch on every rank, not a hang or a crash") {

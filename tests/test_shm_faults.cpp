@@ -230,14 +230,7 @@ TEST_CASE("a survivor that exits without closing after a death: the others still
     return rc;
   });
   CHECK((WIFSIGNALED(status[victim]) && WTERMSIG(status[victim]) == SIGKILL));
-  for (int r : {0, 1}) {
-    CAPTURE(r);
-    const std::string what = rep->what[r];
-    CAPTURE(what);
-    CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
-    CHECK(rep->kind[r] == static_cast<int>(tutti::errc::peer_lost));
-    CHECK(rep->peer[r] == victim);
-  }
+  for (int r : {0, 1}) check_named_death(status, rep.operator->(), r, victim);
 }
 
 TEST_CASE("process_stopped: /proc's state of a stopped, a continued and a gone process") {
