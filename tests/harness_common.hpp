@@ -6,16 +6,26 @@
 #include <stdlib.h>  // mkdtemp
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include <tutti/tutti.hpp>
 
 namespace tutti_harness {
+
+/// Prefix sums of per-rank counts: block r of a v-variant's buffer starts at `offsets[r]`.
+[[nodiscard]] inline std::vector<std::size_t> prefix_offsets(std::span<const std::size_t> counts) {
+  std::vector<std::size_t> off(counts.size() + 1, 0);
+  for (std::size_t i = 0; i < counts.size(); ++i) off[i + 1] = off[i] + counts[i];
+  return off;
+}
 
 /// Calls fn with the reduction op object that `k` names (avg for any kind not listed).
 template <class Fn>

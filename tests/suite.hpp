@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "harness_common.hpp"
 
 namespace suite {
 
@@ -254,7 +255,7 @@ void vector_case(Comm& comm, failures& f, std::size_t n) {
   const int p = comm.size(), r = comm.rank();
   const auto up = static_cast<std::size_t>(p), ur = static_cast<std::size_t>(r);
   const auto counts = v_counts(p, n, 1);
-  const auto off = tutti::detail::prefix_offsets(counts);
+  const auto off = tutti_harness::prefix_offsets(counts);
   const std::size_t total = off.back();
   const int root = static_cast<int>(n % up);
   auto fail = [&](const char* what) {
@@ -286,7 +287,7 @@ void vector_case(Comm& comm, failures& f, std::size_t n) {
     sc[q] = (ur + 2 * q + n) % 4;
     rc[q] = (q + 2 * ur + n) % 4;
   }
-  const auto so = tutti::detail::prefix_offsets(sc), ro = tutti::detail::prefix_offsets(rc);
+  const auto so = tutti_harness::prefix_offsets(sc), ro = tutti_harness::prefix_offsets(rc);
   buffer<T> a(so.back()), b(ro.back(), datum<T>(99, 0));
   for (std::size_t q = 0; q < up; ++q)
     for (std::size_t i = 0; i < sc[q]; ++i) a[so[q] + i] = datum<T>(r * 8 + static_cast<int>(q), i);

@@ -16,6 +16,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -24,13 +25,13 @@
 #include <doctest/doctest.h>
 
 #include "harness.hpp"
+#include "tutti/detail/gloo/costs.hpp"
 #include "tutti/tutti.hpp"
 
 namespace {
 
 using tutti::op_kind;
 using tutti::detail::collective;
-using tutti::detail::policy_id;
 
 // ---------------------------------------------------------------------------------------------
 // Reference arithmetic.
@@ -563,53 +564,80 @@ TEST_CASE("TUTTI_TIMEOUT parsing") {
 // ---------------------------------------------------------------------------------------------
 // (e) TUTTI_ALGO
 
+namespace {
+
+using algo_names = tutti::automatic::candidates;
+
+// The policy a TUTTI_ALGO table forces for `c` at `bytes` (the first matching rule), by name.
+std::optional<std::string_view> forced(const tutti::detail::algo_table& t, collective c,
+                                       std::size_t bytes) {
+  for (const auto& r : t.rules())
+    if ((r.coll == collective::none || r.coll == c) && bytes >= r.lo && bytes < r.hi)
+      return algo_names::names.at(r.policy);
+  return std::nullopt;
+}
+
+tutti::detail::algo_table table(std::string_view spec) {
+  return tutti::detail::algo_table(spec, algo_names::names);
+}
+
+}  // namespace
+
 TEST_CASE("TUTTI_ALGO: valid specs") {
-  using tutti::detail::algo_table;
   constexpr std::size_t K = 1024;
+  using sv = std::string_view;
   {
-    const algo_table t("all_reduce:recursive_doubling@-64K; all_reduce:ring@64K-; broadcast:tree");
+    const auto t =
+        table("all_reduce:recursive_doubling@-64K; all_reduce:ring@64K-; broadcast:tree");
     CHECK(t.rules().size() == 3);
-    CHECK(t.lookup(collective::all_reduce, 0) == policy_id::recursive_doubling);
-    CHECK(t.lookup(collective::all_reduce, 8) == policy_id::recursive_doubling);
-    CHECK(t.lookup(collective::all_reduce, 64 * K - 1) == policy_id::recursive_doubling);
-    CHECK(t.lookup(collective::all_reduce, 64 * K) == policy_id::ring);
-    CHECK(t.lookup(collective::all_reduce, std::size_t{1} << 40) == policy_id::ring);
-    CHECK(t.lookup(collective::broadcast, 1) == policy_id::tree);
-    CHECK(t.lookup(collective::broadcast, std::size_t{1} << 30) == policy_id::tree);
-    CHECK(t.lookup(collective::reduce, 8) == std::nullopt);
-    CHECK(t.lookup(collective::all_gather, 1 << 20) == std::nullopt);
+    CHECK(forced(t, collective::all_reduce, 0) == sv{"recursive_doubling"});
+    CHECK(forced(t, collective::all_reduce, 8) == sv{"recursive_doubling"});
+    CHECK(forced(t, collective::all_reduce, 64 * K - 1) == sv{"recursive_doubling"});
+    CHECK(forced(t, collective::all_reduce, 64 * K) == sv{"ring"});
+    CHECK(forced(t, collective::all_reduce, std::size_t{1} << 40) == sv{"ring"});
+    CHECK(forced(t, collective::broadcast, 1) == sv{"tree"});
+    CHECK(forced(t, collective::broadcast, std::size_t{1} << 30) == sv{"tree"});
+    CHECK(forced(t, collective::reduce, 8) == std::nullopt);
+    CHECK(forced(t, collective::all_gather, 1 << 20) == std::nullopt);
   }
   {
-    const algo_table t("tree");
-    CHECK(t.lookup(collective::all_reduce, 0) == policy_id::tree);
-    CHECK(t.lookup(collective::broadcast, 12345) == policy_id::tree);
-    CHECK(t.lookup(collective::barrier, 0) == policy_id::tree);
+    const auto t = table("tree");
+    CHECK(forced(t, collective::all_reduce, 0) == sv{"tree"});
+    CHECK(forced(t, collective::broadcast, 12345) == sv{"tree"});
+    CHECK(forced(t, collective::barrier, 0) == sv{"tree"});
   }
   {
-    const algo_table t("ring@1K-2K");
-    CHECK(t.lookup(collective::all_reduce, 1023) == std::nullopt);
-    CHECK(t.lookup(collective::all_reduce, 1024) == policy_id::ring);
-    CHECK(t.lookup(collective::all_reduce, 2047) == policy_id::ring);
-    CHECK(t.lookup(collective::all_reduce, 2048) == std::nullopt);
+    const auto t = table("ring@1K-2K");
+    CHECK(forced(t, collective::all_reduce, 1023) == std::nullopt);
+    CHECK(forced(t, collective::all_reduce, 1024) == sv{"ring"});
+    CHECK(forced(t, collective::all_reduce, 2047) == sv{"ring"});
+    CHECK(forced(t, collective::all_reduce, 2048) == std::nullopt);
   }
   {
     // First match wins; whitespace and empty rules are ignored; sizes take k/m/g too.
-    const algo_table t(" direct @ -1k ;; recursive_halving@1m-1G ;tree");
-    CHECK(t.lookup(collective::all_reduce, 100) == policy_id::direct);
-    CHECK(t.lookup(collective::all_reduce, 1 << 20) == policy_id::recursive_halving);
-    CHECK(t.lookup(collective::all_reduce, std::size_t{1} << 30) == policy_id::tree);
-    CHECK(t.lookup(collective::all_reduce, 5000) == policy_id::tree);
+    const auto t = table(" direct @ -1k ;; recursive_halving@1m-1G ;tree");
+    CHECK(forced(t, collective::all_reduce, 100) == sv{"direct"});
+    CHECK(forced(t, collective::all_reduce, 1 << 20) == sv{"recursive_halving"});
+    CHECK(forced(t, collective::all_reduce, std::size_t{1} << 30) == sv{"tree"});
+    CHECK(forced(t, collective::all_reduce, 5000) == sv{"tree"});
   }
   {
     // An open upper end: "@5-" means 5 bytes and more.
-    const algo_table t("ring@5-");
-    CHECK(t.lookup(collective::all_reduce, 4) == std::nullopt);
-    CHECK(t.lookup(collective::all_reduce, 5) == policy_id::ring);
+    const auto t = table("ring@5-");
+    CHECK(forced(t, collective::all_reduce, 4) == std::nullopt);
+    CHECK(forced(t, collective::all_reduce, 5) == sv{"ring"});
   }
-  CHECK(algo_table("").empty());
-  CHECK(algo_table(" ; ").empty());
-  CHECK(algo_table().lookup(collective::all_reduce, 8) == std::nullopt);
-  CHECK(algo_table("bruck").lookup(collective::all_to_all, 8) == policy_id::bruck);
+  CHECK(table("").empty());
+  CHECK(table(" ; ").empty());
+  CHECK(forced(tutti::detail::algo_table(), collective::all_reduce, 8) == std::nullopt);
+  CHECK(forced(table("bruck"), collective::all_to_all, 8) == sv{"bruck"});
+  // The names are the chooser's list: a list without bruck does not know it.
+  using short_list = tutti::detail::policy_list<tutti::ring, tutti::tree>;
+  CHECK(tutti::detail::algo_table("tree", short_list::names).rules().at(0).policy == 1);
+  CHECK_THROWS_AS(tutti::detail::algo_table("bruck", short_list::names), tutti::error);
+  // A policy that chooses nothing ignores TUTTI_ALGO; a chooser parses it against its list.
+  CHECK(tutti::detail::overrides_for<tutti::ring>("no such policy").empty());
+  CHECK(tutti::detail::overrides_for<tutti::automatic>("bruck").rules().size() == 1);
 }
 
 TEST_CASE("TUTTI_ALGO: invalid specs raise errc::invalid_argument") {
@@ -620,7 +648,7 @@ TEST_CASE("TUTTI_ALGO: invalid specs raise errc::invalid_argument") {
     INFO("spec \"", spec, "\"");
     bool raised = false;
     try {
-      const tutti::detail::algo_table t(spec);
+      const auto t = table(spec);
     } catch (const tutti::error& e) {
       raised = true;
       CHECK(e.kind() == tutti::errc::invalid_argument);
@@ -701,86 +729,124 @@ TEST_CASE("TUTTI_ALGO in the environment sets options::algo") {
 // (f) automatic's choice
 
 namespace {
-policy_id chosen(collective k, std::size_t bytes, int ranks) {
-  auto runs = [](policy_id id) {
-    return tutti::detail::with_policy(
-        id, []<class P>() { return tutti::detail::has_all_reduce<P, tutti::inproc>; });
-  };
-  return tutti::automatic::choose(k, bytes, ranks, tutti::inproc::costs,
-                                  tutti::detail::algo_table{}, runs);
+
+using std::string_view;
+using tutti::automatic;
+
+// Stands for a transport whose policies run `all_reduce` point to point only (tutti::gloo: no
+// shared segment, so no `direct`).
+constexpr auto point_to_point = []<class P>() {
+  return !std::is_same_v<P, tutti::direct> && tutti::detail::has_all_reduce<P, tutti::inproc>;
+};
+constexpr auto on_inproc = []<class P>() {
+  return tutti::detail::has_all_reduce<P, tutti::inproc>;
+};
+
+// The name of the policy automatic picks for an all_reduce of `bytes` over `ranks`.
+template <class Runs>
+string_view picked(std::size_t bytes, int ranks, const tutti::cost_model& m, bool segment,
+                   Runs runs, const tutti::detail::algo_table& overrides = {}) {
+  const tutti::detail::cost_inputs in(static_cast<double>(bytes), ranks, m, segment);
+  const std::size_t i = automatic::choose(collective::all_reduce, in, overrides, runs);
+  REQUIRE(i < automatic::candidates::size);
+  return automatic::candidates::names.at(i);
 }
+
 }  // namespace
 
-TEST_CASE("automatic picks latency policies for small and bandwidth policies for large") {
-  for (int p : {2, 3, 4, 8}) {
-    const policy_id small = chosen(collective::all_reduce, 8, p);
-    const policy_id large = chosen(collective::all_reduce, std::size_t{64} << 20, p);
-    MESSAGE("p=", p, ": all_reduce 8 B -> ", tutti::detail::name(small), ", 64 MiB -> ",
-            tutti::detail::name(large));
-    if (p == 8) {
-      CHECK((small == policy_id::recursive_doubling || small == policy_id::tree ||
-             small == policy_id::direct));
-      CHECK((large == policy_id::ring || large == policy_id::recursive_halving ||
-             large == policy_id::direct));
+TEST_CASE("automatic picks the policy its costs rank first") {
+  const std::size_t K = 1024, M = K * K;
+  // tutti::gloo's TCP costs, point to point: recursive doubling while α dominates, ring where
+  // p is not a power of two and bytes count, recursive halving from 1 MiB where it is.
+  const tutti::cost_model tcp = tutti::detail::gloo_costs::tcp;
+  struct want {
+    int p;
+    std::size_t bytes;
+    string_view policy;
+  };
+  for (const want w :
+       {want{2, 8, "recursive_doubling"}, want{2, 64 * K, "recursive_doubling"}, want{2, M, "ring"},
+        want{2, 64 * M, "ring"}, want{3, 8, "ring"}, want{3, 64 * M, "ring"},
+        want{4, 8, "recursive_doubling"}, want{4, 64 * K, "recursive_doubling"},
+        want{4, M, "recursive_halving"}, want{5, 4 * K, "recursive_doubling"},
+        want{5, 64 * K, "ring"}, want{8, 64 * K, "recursive_doubling"},
+        want{8, M, "recursive_halving"}, want{16, 64 * M, "recursive_halving"}}) {
+    CAPTURE(w.p);
+    CAPTURE(w.bytes);
+    CHECK(picked(w.bytes, w.p, tcp, false, point_to_point) == w.policy);
+  }
+  // One process's threads share a segment: direct's one copy in and out beats every schedule.
+  for (int p : {2, 3, 4, 8, 16})
+    for (std::size_t bytes : {std::size_t{8}, 4 * K, 64 * K, M, 64 * M}) {
+      CAPTURE(p);
+      CAPTURE(bytes);
+      CHECK(picked(bytes, p, tutti::inproc::costs, true, on_inproc) == "direct");
     }
-    CHECK(small != policy_id::count_);
-    CHECK(large != policy_id::count_);
-    CHECK(small != policy_id::bruck);  // bruck has no all_reduce
+  // The slot size is the transport's: with a 64 KiB slot, a 64 MiB all_reduce takes 2,048
+  // rounds of α and ring's (p - 1) α costs less on TCP.
+  {
+    const tutti::detail::cost_inputs big(64.0 * M, 4, tcp, true, std::size_t{1} << 20);
+    const tutti::detail::cost_inputs small_slot(64.0 * M, 4, tcp, true, 64 * K);
+    CHECK(small_slot.rounds(64.0 * M) == 2048);
+    CHECK(tutti::direct::cost(collective::all_reduce, small_slot) >
+          tutti::direct::cost(collective::all_reduce, big));
   }
   // Overrides win, but only with a policy that implements the collective.
-  auto runs = [](policy_id id) {
-    return tutti::detail::with_policy(
-        id, []<class P>() { return tutti::detail::has_all_reduce<P, tutti::inproc>; });
+  const auto table = [](string_view spec) {
+    return tutti::detail::algo_table(spec, automatic::candidates::names);
   };
-  CHECK(tutti::automatic::choose(collective::all_reduce, 8, 8, tutti::inproc::costs,
-                                 tutti::detail::algo_table("ring"), runs) == policy_id::ring);
-  CHECK(tutti::automatic::choose(collective::all_reduce, 8, 8, tutti::inproc::costs,
-                                 tutti::detail::algo_table("bruck;tree"), runs) == policy_id::tree);
+  CHECK(picked(8, 8, tcp, false, point_to_point, table("ring")) == "ring");
+  CHECK(picked(8, 8, tcp, false, point_to_point, table("bruck;tree")) == "tree");
+  CHECK(picked(8, 8, tcp, false, point_to_point, table("direct")) == "recursive_doubling");
+  // A chooser over a list of one's own chooses within it.
+  using two = tutti::basic_automatic<tutti::detail::policy_list<tutti::tree, tutti::ring>>;
+  const tutti::detail::cost_inputs in(64.0 * M, 4, tcp, false);
+  CHECK(two::choose(collective::all_reduce, in, {}, point_to_point) == 1);  // ring
+  // Neither implements all_to_all: no choice, which the dispatch reports as an error.
+  const auto all_to_all = []<class P>() { return tutti::detail::has_all_to_all<P, tutti::inproc>; };
+  CHECK(two::choose(collective::all_to_all, in, {}, all_to_all) == two::none);
 }
 
 TEST_CASE("automatic on a crowded host weighs every rank's messages: tree where they dominate") {
   // tutti::gloo's costs on one host, 4 ranks: single copies (gloo::world_costs) and Gloo's TCP
   // pairs alone (TUTTI_GLOO_CMA=0). bench/RESULTS.md, on 2 CPUs: tree beats recursive doubling
   // up to 256 KiB, recursive halving wins from 1 MiB.
-  tutti::cost_model m{.alpha_us = 40.0,
-                      .beta_us_per_byte = 1.0 / 1500.0,
-                      .gamma_us_per_byte = 1.0 / 8000.0,
-                      .segment_beta_us_per_byte = 1.0 / 1500.0};
-  auto runs = [](policy_id id) {
-    return id == policy_id::ring || id == policy_id::tree || id == policy_id::recursive_halving ||
-           id == policy_id::recursive_doubling;
-  };
+  tutti::cost_model m = tutti::detail::gloo_costs::tcp;
   const auto pick = [&](std::size_t bytes, int ranks, double per_cpu) {
     m.ranks_per_cpu = per_cpu;
-    return tutti::automatic::choose(collective::all_reduce, bytes, ranks, m,
-                                    tutti::detail::algo_table{}, runs);
+    return picked(bytes, ranks, m, false, point_to_point);
   };
   const std::size_t mib = std::size_t{1} << 20;
   for (const bool single_copies : {false, true}) {
     CAPTURE(single_copies);
-    if (single_copies) {  // gloo::single_copy_alpha_us, single_copy_beta_us_per_byte
-      m.alpha_us = 5.0;
-      m.beta_us_per_byte = 1.0 / 6500.0;
+    if (single_copies) {
+      m.alpha_us = tutti::detail::gloo_costs::single_copy_alpha_us;
+      m.beta_us_per_byte = tutti::detail::gloo_costs::single_copy_beta_us_per_byte;
     }
     for (double per_cpu : {0.0, 0.5, 1.0}) {  // unknown or not crowded: the slowest rank's path
       CAPTURE(per_cpu);
-      CHECK(pick(8, 4, per_cpu) == policy_id::recursive_doubling);
-      CHECK(pick(4096, 4, per_cpu) == policy_id::recursive_doubling);
-      CHECK(pick(2 * mib, 4, per_cpu) == policy_id::recursive_halving);
+      CHECK(pick(8, 4, per_cpu) == "recursive_doubling");
+      CHECK(pick(4096, 4, per_cpu) == "recursive_doubling");
+      CHECK(pick(2 * mib, 4, per_cpu) == "recursive_halving");
     }
-    CHECK(pick(8, 4, 2.0) == policy_id::tree);
-    CHECK(pick(4096, 4, 2.0) == policy_id::tree);
-    CHECK(pick(256 << 10, 4, 2.0) == policy_id::tree);
-    CHECK(pick(mib, 4, 2.0) == policy_id::recursive_halving);
-    CHECK(pick(16 * mib, 4, 2.0) == policy_id::recursive_halving);
-    CHECK(pick(256 * mib, 4, 2.0) == policy_id::recursive_halving);
+    CHECK(pick(8, 4, 2.0) == "tree");
+    CHECK(pick(4096, 4, 2.0) == "tree");
+    CHECK(pick(256 << 10, 4, 2.0) == "tree");
+    CHECK(pick(mib, 4, 2.0) == "recursive_halving");
+    CHECK(pick(16 * mib, 4, 2.0) == "recursive_halving");
+    CHECK(pick(256 * mib, 4, 2.0) == "recursive_halving");
   }
-  // Crowded, one rank: nothing to send.
-  CHECK(pick(8, 1, 2.0) != policy_id::count_);
+  // Crowded, one rank: every path costs nothing; the first in the list wins the tie.
+  CHECK(pick(8, 1, 2.0) == "ring");
   // Other collectives keep the path model (only all_reduce has been measured crowded).
   m.ranks_per_cpu = 2.0;
-  CHECK(tutti::detail::predicted_cost(collective::broadcast, policy_id::tree, 8, 4, m) ==
-        tutti::detail::predicted_cost(
-            collective::broadcast, policy_id::tree, 8, 4,
-            tutti::cost_model{m.alpha_us, m.beta_us_per_byte, m.gamma_us_per_byte}));
+  tutti::cost_model calm = m;
+  calm.ranks_per_cpu = 0;
+  const tutti::detail::cost_inputs crowded(8, 4, m), uncrowded(8, 4, calm);
+  CHECK(crowded.crowded());
+  CHECK(tutti::detail::predicted_cost<tutti::tree>(collective::broadcast, crowded) ==
+        tutti::detail::predicted_cost<tutti::tree>(collective::broadcast, uncrowded));
+  // A policy without a crowded form: its path, stretched by the ranks per CPU.
+  CHECK(tutti::detail::predicted_cost<tutti::direct>(collective::all_reduce, crowded) ==
+        2.0 * tutti::detail::predicted_cost<tutti::direct>(collective::all_reduce, uncrowded));
 }

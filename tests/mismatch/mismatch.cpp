@@ -59,6 +59,7 @@
 
 namespace {
 
+using tutti_harness::prefix_offsets;
 using tutti_harness::with_op;
 
 using clock_type = std::chrono::steady_clock;
@@ -437,7 +438,7 @@ bool run_typed(Comm& comm, const call_desc& d, bool check, tutti::work& w) {
       break;
     case coll::all_gatherv:
       if constexpr (det::has_all_gatherv<A, X>) {
-        const auto off = det::prefix_offsets(d.counts);
+        const auto off = prefix_offsets(d.counts);
         fill_in(d.counts[me], rank);
         fill_out(off.back());
         comm.all_gatherv(cin(), sout(), std::span<const std::size_t>(d.counts));
@@ -459,7 +460,7 @@ bool run_typed(Comm& comm, const call_desc& d, bool check, tutti::work& w) {
           sc[j] = d.counts[me * up + j];
           rc[j] = d.counts[j * up + me];
         }
-        const auto soff = det::prefix_offsets(sc), roff = det::prefix_offsets(rc);
+        const auto soff = prefix_offsets(sc), roff = prefix_offsets(rc);
         in.resize(soff.back());
         for (std::size_t j = 0; j < up; ++j)
           for (std::size_t k = 0; k < sc[j]; ++k)

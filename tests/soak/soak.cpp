@@ -42,6 +42,7 @@
 
 namespace {
 
+using tutti_harness::prefix_offsets;
 using tutti_harness::with_op;
 
 enum class coll : int {
@@ -412,7 +413,7 @@ void run_op(Comm& comm, const op_desc& d, std::vector<pending>& queue, bool& cor
       break;
     case coll::all_gatherv:
       if constexpr (det::has_all_gatherv<A, X>) {
-        const auto off = det::prefix_offsets(d.counts);
+        const auto off = prefix_offsets(d.counts);
         fill_in(d.counts[me]);
         fill_out(off.back());
         spans();
@@ -436,7 +437,7 @@ void run_op(Comm& comm, const op_desc& d, std::vector<pending>& queue, bool& cor
           sc[j] = d.counts[me * p + j];
           rc[j] = d.counts[j * p + me];
         }
-        const auto soff = det::prefix_offsets(sc), roff = det::prefix_offsets(rc);
+        const auto soff = prefix_offsets(sc), roff = prefix_offsets(rc);
         b->in.resize(soff.back());
         for (std::size_t j = 0; j < p; ++j)
           for (std::size_t k = 0; k < sc[j]; ++k)

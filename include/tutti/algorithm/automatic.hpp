@@ -5,12 +5,9 @@
 /// TUTTI_ALGO (or options::algo) overrides the choice per collective and size range; its
 /// syntax is in detail/algo_table.hpp and the README.
 
-#include <algorithm>
-#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <limits>
-#include <optional>
 #include <span>
 
 #include "tutti/algorithm/bruck.hpp"
@@ -24,6 +21,7 @@
 #include "tutti/detail/algo_table.hpp"
 #include "tutti/detail/cost.hpp"
 #include "tutti/detail/policy_traits.hpp"
+#include "tutti/transport/concepts.hpp"
 
 namespace tutti::inline v0 {
 
@@ -50,164 +48,33 @@ template <class T>
     return costs_of<T>();
 }
 
-/// all_reduce on a host whose ranks outnumber its CPUs (m.ranks_per_cpu > 1): ranks queue for
-/// CPUs, so a call takes at least the work of all its ranks spread over the CPUs — every
-/// message's α (stretched by the ranks per CPU: a rank woken by a message waits for a CPU),
-/// bytes and reduction — as well as the slowest rank's path. Counts the world's ranks as if
-/// they all shared the most crowded host. On 4 ranks sharing 2 CPUs this picks tree up to
-/// 256 KiB, then recursive halving, where the path alone picks recursive doubling to 16 KiB
-/// (bench/RESULTS.md). Nothing for other policies.
-[[nodiscard]] inline std::optional<double> crowded_all_reduce(policy_id pol, double n, int ranks,
-                                                              const cost_model& m) noexcept {
-  const double p = ranks, a = m.alpha_us, g = m.gamma_us_per_byte, r = m.ranks_per_cpu;
-  const auto msg = [&](double bytes) { return bytes * m.beta_us_per_byte; };  // β-time of one
-  const double lg = std::ceil(std::log2(p));
-  const bool pow2 = (ranks & (ranks - 1)) == 0;
-  const double fold = pow2 ? 0.0 : 2 * (a + msg(n)) + n * g;
-  double slowest = 0, messages = 0, bytes = 0, reduced = 0;  // bytes: β-time, all ranks
-  switch (pol) {
-    case policy_id::ring:
-      slowest = 2 * (p - 1) * (a + msg(n / p)) + (p - 1) / p * n * g;
-      messages = 2 * (p - 1) * p;
-      bytes = messages * msg(n / p);
-      reduced = (p - 1) * n;
-      break;
-    case policy_id::recursive_halving: {
-      double halves = 0;  // one rank's β-time, reduce-scatter and all-gather
-      for (double part = n / 2, i = 0; i < lg; part /= 2, ++i) halves += 2 * msg(part);
-      slowest = 2 * lg * a + halves + (p - 1) / p * n * g + fold;
-      messages = 2 * lg * p;
-      bytes = halves * p;
-      reduced = (p - 1) * n;
-      break;
-    }
-    case policy_id::recursive_doubling:
-      slowest = lg * (a + msg(n) + n * g) + fold;
-      messages = lg * p;
-      bytes = messages * msg(n);
-      reduced = lg * p * n;
-      break;
-    case policy_id::tree:
-      slowest = 2 * lg * (a + msg(n)) + lg * n * g;
-      messages = 2 * (p - 1);
-      bytes = messages * msg(n);
-      reduced = (p - 1) * n;
-      break;
-    default:
-      return std::nullopt;
-  }
-  const double host = (messages * a * r + bytes + reduced * g) * r / p;
-  return std::max(slowest, host);
+/// Bytes of one rank's slot in transport `t`'s shared segment, where it has one.
+template <class T>
+[[nodiscard]] std::size_t slot_bytes_of(T& t) noexcept {
+  if constexpr (shared_segment<T>)
+    return t.segment_bytes();
+  else
+    return default_slot_bytes;
 }
 
-/// Predicted microseconds of policy `p` for collective `k` moving `n` bytes over `ranks`.
-/// `n` is the per-rank vector for all_reduce, reduce, broadcast; the total gathered or
-/// scattered vector for the gathers, scatters, reduce_scatter and all_to_all.
-/// `segment`: the transport has a shared segment, so direct's gather, scatter and all_to_all
-/// copy through it instead of sending point to point.
-[[nodiscard]] inline double predicted_cost(collective k, policy_id pol, double n, int ranks,
-                                           const cost_model& m, bool segment = false) noexcept {
-  const double p = ranks, a = m.alpha_us, b = m.beta_us_per_byte, g = m.gamma_us_per_byte;
-  const double bs = m.segment_beta_us_per_byte > 0 ? m.segment_beta_us_per_byte : b;
-  const double lg = std::ceil(std::log2(p));
-  const bool pow2 = (ranks & (ranks - 1)) == 0;
-  const double fold = pow2 ? 0.0 : 2 * (a + n * b) + n * g;  // non-power-of-two extra steps
-  const double frac = (p - 1) / p;
-  // direct: one segment barrier (about α: each rank arrives once and waits once) per round of
-  // half a slot, two when the round is large enough to split the reduction into slices.
-  const double rounds = std::max(1.0, std::ceil(n / double(512 << 10)));
-  const bool small = n <= double(direct::small_round);
-  constexpr double never = std::numeric_limits<double>::infinity();
-  switch (k) {
-    case collective::all_reduce:
-      if (m.ranks_per_cpu > 1 && ranks > 1) {  // crowded; other policies: their path, stretched
-        if (const auto cost = crowded_all_reduce(pol, n, ranks, m)) return *cost;
-        cost_model uncrowded = m;
-        uncrowded.ranks_per_cpu = 0;
-        return m.ranks_per_cpu * predicted_cost(k, pol, n, ranks, uncrowded, segment);
-      }
-      switch (pol) {
-        case policy_id::ring:
-          return 2 * (p - 1) * a + 2 * frac * n * b + frac * n * g;
-        case policy_id::recursive_halving:
-          return 2 * lg * a + 2 * frac * n * b + frac * n * g + fold;
-        case policy_id::recursive_doubling:
-          return lg * (a + n * b + n * g) + fold;
-        case policy_id::tree:
-          return 2 * lg * a + 2 * lg * n * b + lg * n * g;
-        case policy_id::direct:
-          return rounds * (small ? 1 : 2) * a + 2 * n * bs + (small ? p - 1 : frac) * n * g;
-        default:
-          return never;
-      }
-    case collective::reduce:
-      if (pol == policy_id::tree) return lg * (a + n * b + n * g);
-      if (pol == policy_id::direct)
-        return rounds * (small ? 1 : 2) * a + 2 * n * bs + (small ? p - 1 : frac) * n * g;
-      return never;
-    case collective::broadcast:
-      if (pol == policy_id::tree) return lg * (a + n * b);
-      if (pol == policy_id::ring) {
-        const double segs = std::max(1.0, std::ceil(n / double(ring::broadcast_segment)));
-        return (p - 2 + segs) * (a + n / segs * b);
-      }
-      if (pol == policy_id::direct) return rounds * a + 2 * n * bs;
-      return never;
-    case collective::all_gather:
-      if (pol == policy_id::ring) return (p - 1) * a + frac * n * b;
-      if (pol == policy_id::recursive_doubling) return lg * a + frac * n * b + (pow2 ? 0.0 : n * b);
-      if (pol == policy_id::bruck) return lg * a + frac * n * b + n * b;
-      if (pol == policy_id::direct) return rounds * a + n * bs;
-      return never;
-    case collective::gather:
-    case collective::scatter:
-      if (pol == policy_id::tree) return lg * a + frac * n * b + n * b;
-      if (pol == policy_id::direct)
-        return segment ? rounds * a + n * bs : (p - 1) * a / 2 + frac * n * b;
-      return never;
-    case collective::reduce_scatter:
-      if (pol == policy_id::ring) return (p - 1) * a + frac * n * (b + g) + 2 * n * b;
-      if (pol == policy_id::recursive_halving)
-        return lg * a + frac * n * (b + g) + 2 * n * b + fold;
-      if (pol == policy_id::direct) return rounds * a + n * bs + n * g;
-      return never;
-    case collective::all_to_all:
-      if (pol == policy_id::direct)
-        return segment ? std::max(1.0, std::ceil(n / double(512 << 10) * p)) * a + 2 * n * bs
-                       : (p - 1) * a + n * b;
-      if (pol == policy_id::bruck) return lg * a + n / 2 * lg * b + 2 * n * b;
-      return never;
-    case collective::all_gatherv:
-      if (pol == policy_id::ring) return (p - 1) * a + frac * n * b;
-      if (pol == policy_id::direct) return (p - 1) * a + frac * n * b * 1.1;
-      return never;
-    case collective::barrier:
-      if (pol == policy_id::direct) return a;  // a shared-segment barrier, where there is one
-      return lg * a;
-    default:
-      return pol == policy_id::direct ? 0.0 : never;
-  }
+/// What the policies' cost formulas read for a call of `bytes` over transport `t`.
+template <class T>
+[[nodiscard]] cost_inputs cost_inputs_of(T& t, std::size_t bytes, int ranks) noexcept {
+  return {static_cast<double>(bytes), ranks, costs_of(t), shared_segment<T>, slot_bytes_of(t)};
 }
 
-/// Calls `f.template operator()<Policy>()` for the policy `id` names; false if it cannot run.
-template <class F>
-bool with_policy(policy_id id, F&& f) {
-  switch (id) {
-    case policy_id::ring:
-      return f.template operator()<ring>();
-    case policy_id::tree:
-      return f.template operator()<tree>();
-    case policy_id::recursive_halving:
-      return f.template operator()<recursive_halving>();
-    case policy_id::recursive_doubling:
-      return f.template operator()<recursive_doubling>();
-    case policy_id::direct:
-      return f.template operator()<direct>();
-    case policy_id::bruck:
-      return f.template operator()<bruck>();
-    default:
-      return false;
+/// Predicted microseconds of policy `P` for collective `k`: the policy's own `cost`; for
+/// all_reduce on a crowded host its `crowded_all_reduce`, or, for a policy without one, its
+/// path stretched by the ranks per CPU. Infinite where P predicts nothing.
+template <class P>
+[[nodiscard]] double predicted_cost(collective k, const cost_inputs& in) noexcept {
+  if (k == collective::all_reduce && in.crowded()) {
+    if constexpr (requires { P::crowded_all_reduce(in); })
+      return P::crowded_all_reduce(in);
+    else
+      return in.m.ranks_per_cpu * predicted_cost<P>(k, in.uncrowded());
   }
+  return P::cost(k, in).value_or(std::numeric_limits<double>::infinity());
 }
 
 }  // namespace detail
@@ -227,53 +94,71 @@ struct dependent {
 };
 }  // namespace detail
 
-struct automatic {
+/// Picks, per call, the cheapest of the policies in `Candidates` (a detail::policy_list) by
+/// their own `cost`, unless TUTTI_ALGO names one. tutti::automatic is the built-in list; a
+/// chooser over a list of your own is `basic_automatic<detail::policy_list<ring, yours>>`
+/// (docs/extending.md).
+template <class Candidates>
+struct basic_automatic {
   static constexpr const char* name = "automatic";
 
-  /// The policy automatic uses for collective `k` on `ranks` ranks moving `bytes`, given the
-  /// transport's costs and `overrides`; `runs(id)` says whether a policy implements `k` here.
+  /// The policies selected among, in order (the first wins a tie), by the name TUTTI_ALGO
+  /// gives them. Each needs a static `name` and a static `cost` (and may have a
+  /// `crowded_all_reduce`).
+  using candidates = Candidates;
+  /// "No policy": an index past the list.
+  static constexpr std::size_t none = candidates::size;
+
+  /// The index in `candidates` of the policy automatic uses for collective `k` on `in` (its
+  /// `n` is the call's byte count), given `overrides` (parsed against candidates::names);
+  /// `runs.template operator()<P>()` says whether policy P implements `k` here.
   template <class Runs>
-  [[nodiscard]] static detail::policy_id choose(detail::collective k, std::size_t bytes, int ranks,
-                                                const cost_model& m,
-                                                const detail::algo_table& overrides, Runs&& runs,
-                                                bool segment = false) {
+  [[nodiscard]] static std::size_t choose(detail::collective k, const detail::cost_inputs& in,
+                                          const detail::algo_table& overrides, Runs&& runs) {
+    const auto bytes = static_cast<std::size_t>(in.n);
+    const auto can_run = [&](std::size_t i) {
+      return candidates::visit(
+          i, [&]<class P>() { return runs.template operator()<P>(); }, false);
+    };
     for (const auto& rule : overrides.rules())
       if ((rule.coll == detail::collective::none || rule.coll == k) && bytes >= rule.lo &&
-          bytes < rule.hi && runs(rule.policy))
+          bytes < rule.hi && can_run(rule.policy))
         return rule.policy;
-    auto best = detail::policy_id::count_;
+    std::size_t best = none, i = 0;
     double best_cost = std::numeric_limits<double>::infinity();
-    for (int i = 0; i < static_cast<int>(detail::policy_id::count_); ++i) {
-      const auto id = static_cast<detail::policy_id>(i);
-      if (!runs(id)) continue;
-      const double cost =
-          detail::predicted_cost(k, id, static_cast<double>(bytes), ranks, m, segment);
-      if (best == detail::policy_id::count_ || cost < best_cost) {
-        best = id;
-        best_cost = cost;
+    candidates::for_each([&]<class P>() {
+      if (runs.template operator()<P>()) {
+        const double cost = detail::predicted_cost<P>(k, in);
+        if (best == none || cost < best_cost) {
+          best = i;
+          best_cost = cost;
+        }
       }
-    }
+      ++i;
+    });
     return best;
   }
 
-  /// `pick(bytes)`, remembered per thread for the last (bytes, ranks, costs) of this
-  /// collective on this transport when no overrides apply: a loop of equal calls decides once
-  /// (without overrides the choice is a pure function of those three).
+  /// `pick(bytes)`, remembered per thread for the last (bytes, ranks, costs, slot size) of
+  /// this collective on this transport when no overrides apply: a loop of equal calls decides
+  /// once (without overrides the choice is a pure function of those four).
   template <class T, detail::collective K, class Ctx, class Pick>
-  static detail::policy_id memo(const Ctx& c, std::size_t bytes, const cost_model& costs,
-                                Pick&& pick) {
+  static std::size_t memo(Ctx& c, std::size_t bytes, Pick&& pick) {
     if (!c.overrides().empty()) return pick(bytes);
     struct last_choice {
       std::size_t bytes = 0;
       int ranks = 0;
       cost_model costs;
-      detail::policy_id id = detail::policy_id::count_;
+      std::size_t slot = 0;
+      std::size_t index = none;
     };
     thread_local last_choice last;
-    if (last.id == detail::policy_id::count_ || last.bytes != bytes || last.ranks != c.size() ||
-        last.costs != costs)
-      last = {bytes, c.size(), costs, pick(bytes)};
-    return last.id;
+    const cost_model costs = detail::costs_of(c.transport());
+    const std::size_t slot = detail::slot_bytes_of(c.transport());
+    if (last.index == none || last.bytes != bytes || last.ranks != c.size() ||
+        last.costs != costs || last.slot != slot)
+      last = {bytes, c.size(), costs, slot, pick(bytes)};
+    return last.index;
   }
 
   /// No policy can run this collective on this transport: say so instead of doing nothing.
@@ -283,28 +168,28 @@ struct automatic {
                 "no algorithm policy implements this collective on this transport");
   }
 
-#define TUTTI_AUTOMATIC_DISPATCH(coll, bytes, ...)                                        \
-  using T = typename Ctx::transport_type;                                                 \
-  if constexpr (device_transport<T> && detail::has_##coll<native, T>) {                   \
-    detail::dependent<native, T>::type::coll(c __VA_OPT__(, ) __VA_ARGS__);               \
-    return;                                                                               \
-  }                                                                                       \
-  auto runs = [](detail::policy_id id) {                                                  \
-    return detail::with_policy(id, []<class P>() { return detail::has_##coll<P, T>; });   \
-  };                                                                                      \
-  const cost_model costs = detail::costs_of(c.transport());                               \
-  const auto id = memo<T, detail::collective::coll>(c, bytes, costs, [&](std::size_t b) { \
-    return choose(detail::collective::coll, b, c.size(), costs, c.overrides(), runs,      \
-                  shared_segment<T>);                                                     \
-  });                                                                                     \
-  const bool ran = detail::with_policy(id, [&]<class P>() {                               \
-    if constexpr (detail::has_##coll<P, T>) {                                             \
-      P::coll(c __VA_OPT__(, ) __VA_ARGS__);                                              \
-      return true;                                                                        \
-    } else {                                                                              \
-      return false;                                                                       \
-    }                                                                                     \
-  });                                                                                     \
+#define TUTTI_AUTOMATIC_DISPATCH(coll, bytes, ...)                                              \
+  using T = typename Ctx::transport_type;                                                       \
+  if constexpr (device_transport<T> && detail::has_##coll<native, T>) {                         \
+    detail::dependent<native, T>::type::coll(c __VA_OPT__(, ) __VA_ARGS__);                     \
+    return;                                                                                     \
+  }                                                                                             \
+  auto runs = []<class P>() { return detail::has_##coll<P, T>; };                               \
+  const auto id = memo<T, detail::collective::coll>(c, bytes, [&](std::size_t b) {              \
+    return choose(detail::collective::coll, detail::cost_inputs_of(c.transport(), b, c.size()), \
+                  c.overrides(), runs);                                                         \
+  });                                                                                           \
+  const bool ran = candidates::visit(                                                           \
+      id,                                                                                       \
+      [&]<class P>() {                                                                          \
+        if constexpr (detail::has_##coll<P, T>) {                                               \
+          P::coll(c __VA_OPT__(, ) __VA_ARGS__);                                                \
+          return true;                                                                          \
+        } else {                                                                                \
+          return false;                                                                         \
+        }                                                                                       \
+      },                                                                                        \
+      false);                                                                                   \
   if (!ran) no_policy(c)
 
   template <class Ctx>
@@ -376,6 +261,11 @@ struct automatic {
 
 #undef TUTTI_AUTOMATIC_DISPATCH
 };
+
+/// The default policy: chooses among every built-in policy. A new built-in policy is added
+/// to this list (and nowhere else).
+using automatic = basic_automatic<
+    detail::policy_list<ring, tree, recursive_halving, recursive_doubling, direct, bruck>>;
 
 #ifdef __NVCC__
 #pragma nv_diagnostic pop

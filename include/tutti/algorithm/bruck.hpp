@@ -4,8 +4,10 @@
 /// (all-to-all moves (n/2) lg p bytes per rank instead of n, trading bandwidth for latency).
 
 #include <cstddef>
-#include <cstring>
+#include <optional>
 
+#include "tutti/detail/call.hpp"
+#include "tutti/detail/cost.hpp"
 #include "tutti/detail/schedules.hpp"
 
 namespace tutti::inline v0 {
@@ -13,22 +15,25 @@ namespace tutti::inline v0 {
 struct bruck {
   static constexpr const char* name = "bruck";
 
+  /// Predicted microseconds of collective `k` (nullopt: not implemented here).
+  [[nodiscard]] static std::optional<double> cost(detail::collective k,
+                                                  const detail::cost_inputs& in) noexcept {
+    const double n = in.n, a = in.a, b = in.b, lg = in.lg;
+    switch (k) {
+      case detail::collective::all_gather:
+        return lg * a + in.frac * n * b + n * b;
+      case detail::collective::all_to_all:
+        return lg * a + n / 2 * lg * b + 2 * n * b;
+      case detail::collective::barrier:
+        return in.dissemination_barrier();
+      default:
+        return std::nullopt;
+    }
+  }
+
   template <class Ctx>
   static void all_gather(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
-    const int p = c.size(), r = c.rank();
-    const std::size_t b = count * c.elem();
-    const auto up = static_cast<std::size_t>(p);
-    // tmp block i holds rank (r + i)'s data.
-    std::byte* tmp = c.scratch(b * up);
-    c.copy(tmp, in, b);
-    for (int k = 1; k < p; k <<= 1) {
-      const auto n = static_cast<std::size_t>(std::min(k, p - k));
-      c.sendrecv(detail::mod(r - k, p), tmp, n * b, detail::mod(r + k, p),
-                 tmp + static_cast<std::size_t>(k) * b, n * b);
-    }
-    for (int i = 0; i < p; ++i)
-      c.copy(out + static_cast<std::size_t>(detail::mod(r + i, p)) * b,
-             tmp + static_cast<std::size_t>(i) * b, b);
+    detail::bruck_all_gather(c, in, out, count * c.elem());
   }
 
   template <class Ctx>

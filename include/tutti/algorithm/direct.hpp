@@ -11,10 +11,14 @@
 /// they finished reading it. The segment barrier also compares every rank's fingerprint.
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <vector>
 
+#include "tutti/detail/call.hpp"
+#include "tutti/detail/cost.hpp"
 #include "tutti/detail/schedules.hpp"
 #include "tutti/transport/concepts.hpp"
 
@@ -25,6 +29,39 @@ struct direct {
   /// Below this many bytes per round every rank reduces the whole round itself (one barrier
   /// instead of two).
   static constexpr std::size_t small_round = std::size_t{16} << 10;
+
+  /// Predicted microseconds of collective `k` (nullopt: not implemented here). One segment
+  /// barrier (about α: each rank arrives once and waits once) per round of half a slot, two
+  /// when a round is large enough to split its reduction into slices.
+  [[nodiscard]] static std::optional<double> cost(detail::collective k,
+                                                  const detail::cost_inputs& in) noexcept {
+    const double n = in.n, p = in.p, a = in.a, b = in.b, g = in.g, bs = in.bs;
+    const double rounds = in.rounds(n);
+    const bool small = n <= double(small_round);
+    switch (k) {
+      case detail::collective::all_reduce:
+      case detail::collective::reduce:
+        return rounds * (small ? 1 : 2) * a + 2 * n * bs + (small ? p - 1 : in.frac) * n * g;
+      case detail::collective::broadcast:
+        return rounds * a + 2 * n * bs;
+      case detail::collective::all_gather:
+        return rounds * a + n * bs;
+      case detail::collective::gather:
+      case detail::collective::scatter:
+        return in.segment ? rounds * a + n * bs : (p - 1) * a / 2 + in.frac * n * b;
+      case detail::collective::reduce_scatter:
+        return rounds * a + n * bs + n * g;
+      case detail::collective::all_to_all:
+        return in.segment ? std::max(1.0, std::ceil(n / in.half_slot() * p)) * a + 2 * n * bs
+                          : (p - 1) * a + n * b;
+      case detail::collective::all_gatherv:
+        return (p - 1) * a + in.frac * n * b * 1.1;
+      case detail::collective::barrier:
+        return a;  // one segment barrier, where there is a segment
+      default:
+        return std::nullopt;
+    }
+  }
 
   template <class Ctx>
     requires shared_segment<typename Ctx::transport_type>
@@ -42,54 +79,46 @@ struct direct {
     requires shared_segment<typename Ctx::transport_type>
   static void broadcast(Ctx& c, std::byte* buf, std::size_t count, int root) {
     auto& t = c.transport();
-    const std::size_t bytes = count * c.elem(), half = half_bytes(c);
-    std::size_t at = 0;
-    do {
-      const std::size_t n = std::min(half, bytes - at);
-      const std::size_t h = c.next_segment_half() * t.segment_bytes() / 2;
-      if (c.rank() == root) detail::copy_bytes(t.segment(root) + h, buf + at, n);
-      t.segment_barrier(c.info(), c.deadline());
-      if (c.rank() != root) detail::copy_bytes(buf + at, t.segment(root) + h, n);
-      at += n;
-    } while (at < bytes);
+    run_rounds(
+        c, count * c.elem(), half_bytes(c),
+        [&](std::size_t at, std::size_t n, std::size_t h) {
+          if (c.rank() == root) detail::copy_bytes(t.segment(root) + h, buf + at, n);
+        },
+        [&](std::size_t at, std::size_t n, std::size_t h) {
+          if (c.rank() != root) detail::copy_bytes(buf + at, t.segment(root) + h, n);
+        });
   }
 
   template <class Ctx>
     requires shared_segment<typename Ctx::transport_type>
   static void all_gather(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
     auto& t = c.transport();
-    const int p = c.size();
-    const std::size_t bytes = count * c.elem(), half = half_bytes(c);
-    std::size_t at = 0;
-    do {
-      const std::size_t n = std::min(half, bytes - at);
-      const std::size_t h = c.next_segment_half() * t.segment_bytes() / 2;
-      detail::copy_bytes(t.segment(c.rank()) + h, in + at, n);
-      t.segment_barrier(c.info(), c.deadline());
-      for (int q = 0; q < p; ++q)
-        detail::copy_bytes(out + static_cast<std::size_t>(q) * bytes + at, t.segment(q) + h, n);
-      at += n;
-    } while (at < bytes);
+    const std::size_t bytes = count * c.elem();
+    run_rounds(
+        c, bytes, half_bytes(c),
+        [&](std::size_t at, std::size_t n, std::size_t h) {
+          detail::copy_bytes(t.segment(c.rank()) + h, in + at, n);
+        },
+        [&](std::size_t at, std::size_t n, std::size_t h) {
+          for (int q = 0; q < c.size(); ++q)
+            detail::copy_bytes(out + static_cast<std::size_t>(q) * bytes + at, t.segment(q) + h, n);
+        });
   }
 
   /// Each round takes the same element range of every block; rank r reduces block r's range.
   template <class Ctx>
     requires shared_segment<typename Ctx::transport_type>
   static void reduce_scatter(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
-    auto& t = c.transport();
-    const auto p = static_cast<std::size_t>(c.size()), r = static_cast<std::size_t>(c.rank());
-    const std::size_t e = c.elem(), bytes = count * e;
-    const std::size_t per = std::max<std::size_t>(1, half_bytes(c) / (p * e)) * e;
-    std::size_t at = 0;
-    do {
-      const std::size_t n = std::min(per, bytes - at);
-      const std::size_t h = c.next_segment_half() * t.segment_bytes() / 2;
-      std::byte* mine = t.segment(c.rank()) + h;
-      for (std::size_t q = 0; q < p; ++q) detail::copy_bytes(mine + q * n, in + q * bytes + at, n);
-      t.segment_barrier(c.info(), c.deadline());
-      fold_slots(c, out + at, h + r * n, n);
-      at += n;
-    } while (at < bytes);
+    const std::size_t bytes = count * c.elem();
+    const auto r = static_cast<std::size_t>(c.rank());
+    run_rounds(
+        c, bytes, block_bytes(c),
+        [&](std::size_t at, std::size_t n, std::size_t h) {
+          copy_blocks_in(c, in, bytes, at, n, h);
+        },
+        [&](std::size_t at, std::size_t n, std::size_t h) {
+          fold_slots(c, out + at, h + r * n, n);
+        });
   }
 
   /// Shared segment: every rank copies its block in, the root copies all blocks out.
@@ -98,20 +127,19 @@ struct direct {
   static void gather(Ctx& c, const std::byte* in, std::byte* out, std::size_t count, int root) {
     if constexpr (shared_segment<typename Ctx::transport_type>) {
       auto& t = c.transport();
-      const int p = c.size(), r = c.rank();
-      const std::size_t bytes = count * c.elem(), half = half_bytes(c);
-      std::size_t at = 0;
-      do {
-        const std::size_t n = std::min(half, bytes - at);
-        const std::size_t h = c.next_segment_half() * t.segment_bytes() / 2;
-        if (r != root) detail::copy_bytes(t.segment(r) + h, in + at, n);
-        t.segment_barrier(c.info(), c.deadline());
-        if (r == root)
-          for (int q = 0; q < p; ++q)
-            detail::copy_bytes(out + static_cast<std::size_t>(q) * bytes + at,
-                               q == r ? in + at : t.segment(q) + h, n);
-        at += n;
-      } while (at < bytes);
+      const int r = c.rank();
+      const std::size_t bytes = count * c.elem();
+      run_rounds(
+          c, bytes, half_bytes(c),
+          [&](std::size_t at, std::size_t n, std::size_t h) {
+            if (r != root) detail::copy_bytes(t.segment(r) + h, in + at, n);
+          },
+          [&](std::size_t at, std::size_t n, std::size_t h) {
+            if (r == root)
+              for (int q = 0; q < c.size(); ++q)
+                detail::copy_bytes(out + static_cast<std::size_t>(q) * bytes + at,
+                                   q == r ? in + at : t.segment(q) + h, n);
+          });
     } else {
       detail::linear_gatherv(c, in, out, detail::equal_offsets(count * c.elem(), c.size()), root);
     }
@@ -122,21 +150,18 @@ struct direct {
   static void scatter(Ctx& c, const std::byte* in, std::byte* out, std::size_t count, int root) {
     if constexpr (shared_segment<typename Ctx::transport_type>) {
       auto& t = c.transport();
-      const auto p = static_cast<std::size_t>(c.size());
-      const int r = c.rank();
-      const std::size_t e = c.elem(), bytes = count * e;
-      const std::size_t per = std::max<std::size_t>(1, half_bytes(c) / (p * e)) * e;
-      std::size_t at = 0;
-      do {
-        const std::size_t n = std::min(per, bytes - at);
-        const std::size_t h = c.next_segment_half() * t.segment_bytes() / 2;
-        if (r == root)
-          for (std::size_t q = 0; q < p; ++q)
-            detail::copy_bytes(t.segment(root) + h + q * n, in + q * bytes + at, n);
-        t.segment_barrier(c.info(), c.deadline());
-        detail::copy_bytes(out + at, t.segment(root) + h + static_cast<std::size_t>(r) * n, n);
-        at += n;
-      } while (at < bytes);
+      const auto p = static_cast<std::size_t>(c.size()), r = static_cast<std::size_t>(c.rank());
+      const std::size_t bytes = count * c.elem();
+      run_rounds(
+          c, bytes, block_bytes(c),
+          [&](std::size_t at, std::size_t n, std::size_t h) {
+            if (c.rank() == root)
+              for (std::size_t q = 0; q < p; ++q)
+                detail::copy_bytes(t.segment(root) + h + q * n, in + q * bytes + at, n);
+          },
+          [&](std::size_t at, std::size_t n, std::size_t h) {
+            detail::copy_bytes(out + at, t.segment(root) + h + r * n, n);
+          });
     } else {
       detail::linear_scatterv(c, in, out, detail::equal_offsets(count * c.elem(), c.size()), root);
     }
@@ -158,21 +183,18 @@ struct direct {
   static void all_to_all(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
     if constexpr (shared_segment<typename Ctx::transport_type>) {
       auto& t = c.transport();
-      const auto p = static_cast<std::size_t>(c.size()), r = static_cast<std::size_t>(c.rank());
-      const std::size_t e = c.elem(), bytes = count * e;
-      const std::size_t per = std::max<std::size_t>(1, half_bytes(c) / (p * e)) * e;
-      std::size_t at = 0;
-      do {
-        const std::size_t n = std::min(per, bytes - at);
-        const std::size_t h = c.next_segment_half() * t.segment_bytes() / 2;
-        std::byte* mine = t.segment(c.rank()) + h;
-        for (std::size_t q = 0; q < p; ++q)
-          detail::copy_bytes(mine + q * n, in + q * bytes + at, n);
-        t.segment_barrier(c.info(), c.deadline());
-        for (std::size_t q = 0; q < p; ++q)
-          detail::copy_bytes(out + q * bytes + at, t.segment(static_cast<int>(q)) + h + r * n, n);
-        at += n;
-      } while (at < bytes);
+      const auto r = static_cast<std::size_t>(c.rank());
+      const std::size_t bytes = count * c.elem();
+      run_rounds(
+          c, bytes, block_bytes(c),
+          [&](std::size_t at, std::size_t n, std::size_t h) {
+            copy_blocks_in(c, in, bytes, at, n, h);
+          },
+          [&](std::size_t at, std::size_t n, std::size_t h) {
+            for (int q = 0; q < c.size(); ++q)
+              detail::copy_bytes(out + static_cast<std::size_t>(q) * bytes + at,
+                                 t.segment(q) + h + r * n, n);
+          });
     } else {
       const auto off = detail::equal_offsets(count * c.elem(), c.size());
       detail::pairwise_all_to_allv(c, in, off, out, off);
@@ -208,10 +230,46 @@ struct direct {
   }
 
  private:
+  /// Runs `bytes` in rounds of at most `per` bytes. Each round uses the next half of every
+  /// slot (at offset `h`): `copy_in(at, n, h)` puts this rank's part of bytes [at, at + n) in,
+  /// the segment barrier waits for every rank's, `copy_out(at, n, h)` takes the results out.
+  /// Always one round at least, so every rank passes the barrier (and its fingerprint check)
+  /// even for zero bytes.
+  template <class Ctx, class CopyIn, class CopyOut>
+  static void run_rounds(Ctx& c, std::size_t bytes, std::size_t per, CopyIn&& copy_in,
+                         CopyOut&& copy_out) {
+    auto& t = c.transport();
+    std::size_t at = 0;
+    do {
+      const std::size_t n = std::min(per, bytes - at);
+      const std::size_t h = c.next_segment_half() * t.segment_bytes() / 2;
+      copy_in(at, n, h);
+      t.segment_barrier(c.info(), c.deadline());
+      copy_out(at, n, h);
+      at += n;
+    } while (at < bytes);
+  }
+
+  /// Bytes of one round: half a slot, in whole elements.
   template <class Ctx>
   static std::size_t half_bytes(Ctx& c) {
     const std::size_t half = c.transport().segment_bytes() / 2;
     return std::max<std::size_t>(c.elem(), half / c.elem() * c.elem());
+  }
+  /// Bytes per block of one round when a round carries p blocks (half a slot shared by p).
+  template <class Ctx>
+  static std::size_t block_bytes(Ctx& c) {
+    const auto p = static_cast<std::size_t>(c.size());
+    return std::max<std::size_t>(1, half_bytes(c) / (p * c.elem())) * c.elem();
+  }
+  /// Copies bytes [at, at + n) of each of the p blocks of `in` (`bytes` each) into this
+  /// rank's slot half `h`, block q at q * n.
+  template <class Ctx>
+  static void copy_blocks_in(Ctx& c, const std::byte* in, std::size_t bytes, std::size_t at,
+                             std::size_t n, std::size_t h) {
+    std::byte* mine = c.transport().segment(c.rank()) + h;
+    for (std::size_t q = 0; q < static_cast<std::size_t>(c.size()); ++q)
+      detail::copy_bytes(mine + q * n, in + q * bytes + at, n);
   }
 
   /// dst = slot[0][at..] op slot[1][at..] op ... in rank order (the same order on every rank,
@@ -258,40 +316,39 @@ struct direct {
       }
     }
     const int p = c.size(), r = c.rank();
-    const std::size_t e = c.elem(), bytes = count * e, half = half_bytes(c);
+    const std::size_t e = c.elem();
     const bool gets_result = root < 0 || r == root;
-    std::size_t at = 0;
-    do {
-      const std::size_t n = std::min(half, bytes - at);
-      const std::size_t h = c.next_segment_half() * t.segment_bytes() / 2;
-      detail::copy_bytes(t.segment(r) + h, in + at, n);
-      t.segment_barrier(c.info(), c.deadline());
-      if (n <= small_round) {
-        if (gets_result) fold_slots(c, out + at, h, n);
-      } else {
-        // Rank q reduces slice q (straight into its result, when it gets one) and puts it in
-        // its own slot, where nobody else reads that slice; then everyone copies the finished
-        // slices out.
-        const detail::blocks sl{n / e, static_cast<std::size_t>(p)};
-        const auto ur = static_cast<std::size_t>(r);
-        const std::size_t mo = h + sl.offset(ur) * e;
-        const std::size_t ml = sl.length(ur) * e;
-        if (ml != 0) {
-          std::byte* dst = gets_result ? out + at + sl.offset(ur) * e : c.scratch(ml);
-          fold_slots(c, dst, mo, ml);
-          detail::copy_bytes(t.segment(r) + mo, dst, ml);
-        }
-        t.segment_barrier(c.info(), c.deadline());
-        if (gets_result)
-          for (int q = 0; q < p; ++q) {
-            if (q == r) continue;
-            const auto uq = static_cast<std::size_t>(q);
-            detail::copy_bytes(out + at + sl.offset(uq) * e, t.segment(q) + h + sl.offset(uq) * e,
-                               sl.length(uq) * e);
+    run_rounds(
+        c, count * e, half_bytes(c),
+        [&](std::size_t at, std::size_t n, std::size_t h) {
+          detail::copy_bytes(t.segment(r) + h, in + at, n);
+        },
+        [&](std::size_t at, std::size_t n, std::size_t h) {
+          if (n <= small_round) {
+            if (gets_result) fold_slots(c, out + at, h, n);
+            return;
           }
-      }
-      at += n;
-    } while (at < bytes);
+          // Rank q reduces slice q (straight into its result, when it gets one) and puts it in
+          // its own slot, where nobody else reads that slice; then everyone copies the
+          // finished slices out.
+          const detail::blocks sl{n / e, static_cast<std::size_t>(p)};
+          const auto ur = static_cast<std::size_t>(r);
+          const std::size_t mo = h + sl.offset(ur) * e;
+          const std::size_t ml = sl.length(ur) * e;
+          if (ml != 0) {
+            std::byte* dst = gets_result ? out + at + sl.offset(ur) * e : c.scratch(ml);
+            fold_slots(c, dst, mo, ml);
+            detail::copy_bytes(t.segment(r) + mo, dst, ml);
+          }
+          t.segment_barrier(c.info(), c.deadline());
+          if (gets_result)
+            for (int q = 0; q < p; ++q) {
+              if (q == r) continue;
+              const auto uq = static_cast<std::size_t>(q);
+              detail::copy_bytes(out + at + sl.offset(uq) * e, t.segment(q) + h + sl.offset(uq) * e,
+                                 sl.length(uq) * e);
+            }
+        });
   }
 };
 

@@ -5,8 +5,10 @@
 /// power of two, as Open MPI does).
 
 #include <cstddef>
+#include <optional>
 
-#include "tutti/algorithm/bruck.hpp"
+#include "tutti/detail/call.hpp"
+#include "tutti/detail/cost.hpp"
 #include "tutti/detail/recursive.hpp"
 #include "tutti/detail/schedules.hpp"
 
@@ -14,6 +16,29 @@ namespace tutti::inline v0 {
 
 struct recursive_doubling {
   static constexpr const char* name = "recursive_doubling";
+
+  /// Predicted microseconds of collective `k` (nullopt: not implemented here).
+  [[nodiscard]] static std::optional<double> cost(detail::collective k,
+                                                  const detail::cost_inputs& in) noexcept {
+    const double n = in.n, a = in.a, b = in.b, g = in.g, lg = in.lg;
+    switch (k) {
+      case detail::collective::all_reduce:
+        return lg * (a + n * b + n * g) + in.fold;
+      case detail::collective::all_gather:  // Bruck's extra copy when p is not a power of two
+        return lg * a + in.frac * n * b + (in.pow2 ? 0.0 : n * b);
+      case detail::collective::barrier:
+        return in.dissemination_barrier();
+      default:
+        return std::nullopt;
+    }
+  }
+  /// all_reduce on a crowded host: lg p messages of the whole vector from every rank.
+  [[nodiscard]] static double crowded_all_reduce(const detail::cost_inputs& in) noexcept {
+    const double n = in.n, p = in.p, lg = in.lg;
+    const double messages = lg * p;
+    return in.crowded_host(lg * (in.a + in.msg(n) + n * in.g) + in.fold, messages,
+                           messages * in.msg(n), lg * p * n);
+  }
 
   template <class Ctx>
   static void all_reduce(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
@@ -23,15 +48,7 @@ struct recursive_doubling {
 
   template <class Ctx>
   static void all_gather(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
-    const int p = c.size();
-    if ((p & (p - 1)) != 0) {
-      bruck::all_gather(c, in, out, count);
-      return;
-    }
-    const std::size_t bytes = count * c.elem();
-    c.copy(out + static_cast<std::size_t>(c.rank()) * bytes, in, bytes);
-    const detail::fold f(p, c.rank());
-    detail::doubling_all_gather(c, out, detail::equal_offsets(bytes, p), f);
+    detail::recursive_all_gather(c, in, out, count * c.elem());
   }
 
   template <class Ctx>

@@ -5,10 +5,11 @@
 /// Ranks beyond the largest power of two fold into a neighbour first and get the result back.
 
 #include <cstddef>
-#include <span>
+#include <optional>
 #include <vector>
 
-#include "tutti/algorithm/recursive_doubling.hpp"
+#include "tutti/detail/call.hpp"
+#include "tutti/detail/cost.hpp"
 #include "tutti/detail/recursive.hpp"
 #include "tutti/detail/schedules.hpp"
 
@@ -16,6 +17,31 @@ namespace tutti::inline v0 {
 
 struct recursive_halving {
   static constexpr const char* name = "recursive_halving";
+
+  /// Predicted microseconds of collective `k` (nullopt: not implemented here, or all_gather,
+  /// whose schedule is recursive_doubling's: automatic weighs it there, not twice).
+  [[nodiscard]] static std::optional<double> cost(detail::collective k,
+                                                  const detail::cost_inputs& in) noexcept {
+    const double n = in.n, a = in.a, b = in.b, g = in.g, lg = in.lg;
+    switch (k) {
+      case detail::collective::all_reduce:
+        return 2 * lg * a + 2 * in.frac * n * b + in.frac * n * g + in.fold;
+      case detail::collective::reduce_scatter:
+        return lg * a + in.frac * n * (b + g) + 2 * n * b + in.fold;
+      case detail::collective::barrier:
+        return in.dissemination_barrier();
+      default:
+        return std::nullopt;
+    }
+  }
+  /// all_reduce on a crowded host: 2 lg p messages from every rank, halving in size.
+  [[nodiscard]] static double crowded_all_reduce(const detail::cost_inputs& in) noexcept {
+    const double n = in.n, p = in.p, lg = in.lg;
+    double halves = 0;  // one rank's β-time, reduce-scatter and all-gather
+    for (double part = n / 2, i = 0; i < lg; part /= 2, ++i) halves += 2 * in.msg(part);
+    return in.crowded_host(2 * lg * in.a + halves + (p - 1) / p * n * in.g + in.fold, 2 * lg * p,
+                           halves * p, (p - 1) * n);
+  }
 
   template <class Ctx>
   static void all_reduce(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
@@ -59,10 +85,10 @@ struct recursive_halving {
     c.copy(out, buf + static_cast<std::size_t>(r) * b, b);
   }
 
-  /// Recursive doubling, as recursive_doubling::all_gather.
+  /// Recursive doubling (Bruck when p is not a power of two), as recursive_doubling's.
   template <class Ctx>
   static void all_gather(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
-    recursive_doubling::all_gather(c, in, out, count);
+    detail::recursive_all_gather(c, in, out, count * c.elem());
   }
 
   template <class Ctx>

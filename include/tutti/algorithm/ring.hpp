@@ -4,12 +4,15 @@
 /// all-gather (2(p-1) steps, 2(p-1)/p of the data each way); broadcast is a pipelined chain.
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <vector>
 
+#include "tutti/detail/call.hpp"
+#include "tutti/detail/cost.hpp"
 #include "tutti/detail/schedules.hpp"
-#include "tutti/transport/concepts.hpp"
 
 namespace tutti::inline v0 {
 
@@ -17,6 +20,36 @@ struct ring {
   static constexpr const char* name = "ring";
   /// Chain broadcast segment: small enough to pipeline, large enough to amortise α.
   static constexpr std::size_t broadcast_segment = std::size_t{256} << 10;
+
+  /// Predicted microseconds of collective `k` (nullopt: not implemented here).
+  [[nodiscard]] static std::optional<double> cost(detail::collective k,
+                                                  const detail::cost_inputs& in) noexcept {
+    const double n = in.n, p = in.p, a = in.a, b = in.b, g = in.g;
+    switch (k) {
+      case detail::collective::all_reduce:
+        return 2 * (p - 1) * a + 2 * in.frac * n * b + in.frac * n * g;
+      case detail::collective::broadcast: {
+        const double segs = std::max(1.0, std::ceil(n / double(broadcast_segment)));
+        return (p - 2 + segs) * (a + n / segs * b);
+      }
+      case detail::collective::all_gather:
+      case detail::collective::all_gatherv:
+        return (p - 1) * a + in.frac * n * b;
+      case detail::collective::reduce_scatter:
+        return (p - 1) * a + in.frac * n * (b + g) + 2 * n * b;
+      case detail::collective::barrier:
+        return in.dissemination_barrier();
+      default:
+        return std::nullopt;
+    }
+  }
+  /// all_reduce on a crowded host: 2(p - 1) messages of n/p from every rank.
+  [[nodiscard]] static double crowded_all_reduce(const detail::cost_inputs& in) noexcept {
+    const double n = in.n, p = in.p;
+    const double messages = 2 * (p - 1) * p;
+    return in.crowded_host(2 * (p - 1) * (in.a + in.msg(n / p)) + (p - 1) / p * n * in.g, messages,
+                           messages * in.msg(n / p), (p - 1) * n);
+  }
 
   template <class Ctx>
   static void all_reduce(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {

@@ -4,14 +4,44 @@
 /// all_reduce = binomial reduce to rank 0 + binomial broadcast.
 
 #include <cstddef>
+#include <optional>
 
+#include "tutti/detail/call.hpp"
+#include "tutti/detail/cost.hpp"
 #include "tutti/detail/schedules.hpp"
-#include "tutti/transport/concepts.hpp"
 
 namespace tutti::inline v0 {
 
 struct tree {
   static constexpr const char* name = "tree";
+
+  /// Predicted microseconds of collective `k` (nullopt: not implemented here).
+  [[nodiscard]] static std::optional<double> cost(detail::collective k,
+                                                  const detail::cost_inputs& in) noexcept {
+    const double n = in.n, a = in.a, b = in.b, g = in.g, lg = in.lg;
+    switch (k) {
+      case detail::collective::all_reduce:
+        return 2 * lg * a + 2 * lg * n * b + lg * n * g;
+      case detail::collective::reduce:
+        return lg * (a + n * b + n * g);
+      case detail::collective::broadcast:
+        return lg * (a + n * b);
+      case detail::collective::gather:
+      case detail::collective::scatter:
+        return lg * a + in.frac * n * b + n * b;
+      case detail::collective::barrier:
+        return in.dissemination_barrier();
+      default:
+        return std::nullopt;
+    }
+  }
+  /// all_reduce on a crowded host: p - 1 messages of the whole vector up, p - 1 down.
+  [[nodiscard]] static double crowded_all_reduce(const detail::cost_inputs& in) noexcept {
+    const double n = in.n, p = in.p, lg = in.lg;
+    const double messages = 2 * (p - 1);
+    return in.crowded_host(2 * lg * (in.a + in.msg(n)) + lg * n * in.g, messages,
+                           messages * in.msg(n), (p - 1) * n);
+  }
 
   template <class Ctx>
   static void all_reduce(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {

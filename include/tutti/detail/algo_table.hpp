@@ -8,12 +8,12 @@
 /// Example: "all_reduce:recursive_doubling@-64K; all_reduce:ring@64K-; broadcast:tree".
 /// The size is the call's count times the element size (per rank for all_gather, scatter...).
 /// A rule naming a policy that lacks the collective, or that the transport cannot run, is
-/// skipped for that collective.
+/// skipped for that collective. The names are those of the policies the chooser selects among
+/// (tutti::automatic's list); a policy that is no chooser ignores TUTTI_ALGO.
 
 #include <cstddef>
-#include <cstdint>
 #include <limits>
-#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,25 +23,9 @@
 
 namespace tutti::inline v0::detail {
 
-enum class policy_id : std::uint8_t {
-  ring,
-  tree,
-  recursive_halving,
-  recursive_doubling,
-  direct,
-  bruck,
-  count_
-};
-
-[[nodiscard]] constexpr std::string_view name(policy_id p) noexcept {
-  constexpr std::string_view names[] = {"ring",   "tree", "recursive_halving", "recursive_doubling",
-                                        "direct", "bruck"};
-  return p == policy_id::count_ ? "?" : names[static_cast<int>(p)];
-}
-
 struct algo_rule {
   collective coll = collective::none;  // none: every collective
-  policy_id policy = policy_id::ring;
+  std::size_t policy = 0;              // index into the names the table was parsed with
   std::size_t lo = 0;
   std::size_t hi = std::numeric_limits<std::size_t>::max();
 };
@@ -50,8 +34,9 @@ class algo_table {
  public:
   algo_table() = default;
 
-  /// Parses `spec`; raises tutti::error(errc::invalid_argument) naming the bad part.
-  explicit algo_table(std::string_view spec) {
+  /// Parses `spec`, whose rules may name the `policies`; raises
+  /// tutti::error(errc::invalid_argument) naming the bad part.
+  algo_table(std::string_view spec, std::span<const std::string_view> policies) {
     std::string clean;
     for (char ch : spec)
       if (ch != ' ' && ch != '\t' && ch != '\n') clean += ch;
@@ -60,17 +45,10 @@ class algo_table {
       const auto semi = rest.find(';');
       const std::string_view rule = rest.substr(0, semi);
       rest = semi == std::string_view::npos ? std::string_view{} : rest.substr(semi + 1);
-      if (!rule.empty()) rules_.push_back(parse_rule(rule));
+      if (!rule.empty()) rules_.push_back(parse_rule(rule, policies));
     }
   }
 
-  /// The policy forced for `c` at `bytes`, if a rule matches.
-  [[nodiscard]] std::optional<policy_id> lookup(collective c, std::size_t bytes) const noexcept {
-    for (const auto& r : rules_)
-      if ((r.coll == collective::none || r.coll == c) && bytes >= r.lo && bytes < r.hi)
-        return r.policy;
-    return std::nullopt;
-  }
   /// Every rule in order (a caller that must skip inapplicable rules walks them itself).
   [[nodiscard]] const std::vector<algo_rule>& rules() const noexcept { return rules_; }
   [[nodiscard]] bool empty() const noexcept { return rules_.empty(); }
@@ -100,7 +78,7 @@ class algo_table {
     return v * mult;
   }
 
-  static algo_rule parse_rule(std::string_view rule) {
+  static algo_rule parse_rule(std::string_view rule, std::span<const std::string_view> policies) {
     algo_rule r;
     std::string_view body = rule;
     if (const auto colon = body.find(':'); colon != std::string_view::npos) {
@@ -124,17 +102,23 @@ class algo_table {
       if (dash + 1 < range.size()) r.hi = parse_bytes(range.substr(dash + 1), rule);
       if (r.lo >= r.hi) fail("empty range", rule);
     }
-    bool found = false;
-    for (int i = 0; i < static_cast<int>(policy_id::count_); ++i)
-      if (name(static_cast<policy_id>(i)) == body) {
-        r.policy = static_cast<policy_id>(i);
-        found = true;
-      }
-    if (!found) fail("unknown algorithm '" + std::string{body} + "'", rule);
+    r.policy = 0;
+    while (r.policy < policies.size() && policies[r.policy] != body) ++r.policy;
+    if (r.policy == policies.size()) fail("unknown algorithm '" + std::string{body} + "'", rule);
     return r;
   }
 
   std::vector<algo_rule> rules_;
 };
+
+/// TUTTI_ALGO's rules (`spec`) for algorithm `A`: parsed against `A::candidates` where A
+/// chooses among a list of policies (tutti::automatic), else none: A runs its own schedules.
+template <class A>
+[[nodiscard]] algo_table overrides_for(std::string_view spec) {
+  if constexpr (requires { A::candidates::names; })
+    return algo_table(spec, A::candidates::names);
+  else
+    return algo_table{};
+}
 
 }  // namespace tutti::inline v0::detail

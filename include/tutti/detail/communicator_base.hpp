@@ -195,7 +195,8 @@ class communicator_base {
 
  private:
   struct state {
-    state(Transport tr, const options& o) : t(std::move(tr)), opts(o), overrides(o.algo) {}
+    state(Transport tr, const options& o)
+        : t(std::move(tr)), opts(o), overrides(overrides_for<Algorithm>(o.algo)) {}
     Transport t;
     options opts;
     algo_table overrides;

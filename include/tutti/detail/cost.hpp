@@ -1,7 +1,12 @@
 #pragma once
 /// \file
-/// The α-β-γ cost model's parameters (Thakur, Rabenseifner & Gropp 2005): a message of n bytes
-/// costs α + nβ, reducing n bytes costs nγ.
+/// The α-β-γ cost model (Thakur, Rabenseifner & Gropp 2005): a message of n bytes costs
+/// α + nβ, reducing n bytes costs nγ. `cost_model` holds a transport's parameters;
+/// `detail::cost_inputs` is what a policy's `cost` reads for one call.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
 
 namespace tutti::inline v0 {
 
@@ -14,10 +19,86 @@ struct cost_model {
   double segment_beta_us_per_byte = 0.0;
   /// Ranks per CPU on the world's most crowded host; above 1, ranks wait for CPUs as well as
   /// for messages, and tutti::automatic weighs the work of every rank of that host, not only
-  /// the slowest rank's path (detail::predicted_cost). 0: not known (taken as not crowded).
+  /// the slowest rank's path (a policy's `crowded_all_reduce`). 0: not known (not crowded).
   double ranks_per_cpu = 0.0;
 
   friend bool operator==(const cost_model&, const cost_model&) = default;
 };
+
+namespace detail {
+
+/// Slot bytes assumed for a transport without a shared segment (shm's and inproc's default).
+inline constexpr std::size_t default_slot_bytes = std::size_t{1} << 20;
+
+/// One call as a policy's cost formula sees it, with the terms the formulas share. `n` is the
+/// per-rank vector for all_reduce, reduce, broadcast; the total gathered or scattered vector
+/// for the gathers, scatters, reduce_scatter and all_to_all.
+struct cost_inputs {
+  cost_inputs(double bytes, int world, const cost_model& costs, bool has_segment = false,
+              std::size_t slot = default_slot_bytes) noexcept
+      : m(costs),
+        ranks(world),
+        segment(has_segment),
+        slot_bytes(slot),
+        n(bytes),
+        p(world),
+        a(costs.alpha_us),
+        b(costs.beta_us_per_byte),
+        g(costs.gamma_us_per_byte),
+        bs(costs.segment_beta_us_per_byte > 0 ? costs.segment_beta_us_per_byte : b),
+        lg(std::ceil(std::log2(p))),
+        pow2((world & (world - 1)) == 0),
+        frac((p - 1) / p),
+        fold(pow2 ? 0.0 : 2 * (a + n * b) + n * g) {}
+
+  cost_model m;
+  int ranks;
+  /// The transport has a shared segment: direct's gather, scatter and all_to_all copy through
+  /// it instead of sending point to point.
+  bool segment;
+  /// Bytes of one rank's slot in the shared segment (the transport's `segment_bytes()`).
+  std::size_t slot_bytes;
+
+  double n, p, a, b, g;
+  double bs;    // β of a copy into or out of the shared segment
+  double lg;    // ceil(lg p): steps of the recursive and binomial schedules
+  bool pow2;    // p is a power of two
+  double frac;  // (p - 1) / p
+  double fold;  // the extra steps of recursive schedules when p is not a power of two
+
+  /// Ranks outnumber the CPUs of the most crowded host (see cost_model::ranks_per_cpu).
+  [[nodiscard]] bool crowded() const noexcept { return m.ranks_per_cpu > 1 && ranks > 1; }
+  /// The same call as if every rank had a CPU of its own.
+  [[nodiscard]] cost_inputs uncrowded() const noexcept {
+    cost_model u = m;
+    u.ranks_per_cpu = 0;
+    return {n, ranks, u, segment, slot_bytes};
+  }
+  /// β-time of one message of `bytes`.
+  [[nodiscard]] double msg(double bytes) const noexcept { return bytes * m.beta_us_per_byte; }
+  /// Direct's round: half a slot (rounds alternate the slot's halves).
+  [[nodiscard]] double half_slot() const noexcept { return static_cast<double>(slot_bytes) / 2; }
+  /// Direct's rounds for `bytes` (at least one).
+  [[nodiscard]] double rounds(double bytes) const noexcept {
+    return std::max(1.0, std::ceil(bytes / half_slot()));
+  }
+  /// A dissemination barrier: ceil(lg p) rounds of one message.
+  [[nodiscard]] double dissemination_barrier() const noexcept { return lg * a; }
+
+  /// A crowded host's all_reduce: ranks queue for CPUs, so a call takes at least the work of
+  /// all its ranks spread over the CPUs (every message's α, stretched by the ranks per CPU
+  /// since a rank woken by a message waits for a CPU; the bytes; the reduction) as well as
+  /// `slowest`, the slowest rank's path. Counts the world's ranks as if they all shared the
+  /// most crowded host. `bytes`: β-time summed over all ranks; `reduced`: bytes reduced, all
+  /// ranks.
+  [[nodiscard]] double crowded_host(double slowest, double messages, double bytes,
+                                    double reduced) const noexcept {
+    const double r = m.ranks_per_cpu;
+    const double host = (messages * a * r + bytes + reduced * g) * r / p;
+    return std::max(slowest, host);
+  }
+};
+
+}  // namespace detail
 
 }  // namespace tutti::inline v0

@@ -1,11 +1,14 @@
 #pragma once
 /// \file
 /// Which collectives an algorithm policy implements for a transport: one concept per
-/// capability, so the communicator can say in plain words what is missing.
+/// capability, so the communicator can say in plain words what is missing. And `policy_list`,
+/// the list of policies a chooser such as tutti::automatic selects among.
 
+#include <array>
 #include <cstddef>
 #include <span>
-#include <vector>
+#include <string_view>
+#include <type_traits>
 
 #include "tutti/detail/context.hpp"
 
@@ -58,11 +61,36 @@ concept has_all_to_allv =
 template <class A, class T>
 concept has_barrier = requires(context<T>& c) { A::barrier(c); };
 
-/// Prefix sums of per-rank counts: block r of a v-variant's buffer starts at `offsets[r]`.
-[[nodiscard]] inline std::vector<std::size_t> prefix_offsets(std::span<const std::size_t> counts) {
-  std::vector<std::size_t> off(counts.size() + 1, 0);
-  for (std::size_t i = 0; i < counts.size(); ++i) off[i + 1] = off[i] + counts[i];
-  return off;
-}
+/// A list of policies, each with a static `name`: what a chooser (tutti::automatic) iterates
+/// for the cost argmin, for TUTTI_ALGO's names and for dispatch. A policy's index is its
+/// position here.
+template <class... P>
+struct policy_list {
+  static constexpr std::size_t size = sizeof...(P);
+  static constexpr std::array<std::string_view, sizeof...(P)> names{std::string_view{P::name}...};
+
+  /// The index of policy `Q` (`size` if it is not in the list).
+  template <class Q>
+  static constexpr std::size_t index_of = [] {
+    constexpr std::array<bool, sizeof...(P)> same{std::is_same_v<Q, P>...};
+    std::size_t i = 0;
+    while (i < same.size() && !same[i]) ++i;
+    return i;
+  }();
+
+  /// Calls `f.template operator()<P>()` for every policy, in order.
+  template <class F>
+  static void for_each(F&& f) {
+    (f.template operator()<P>(), ...);
+  }
+
+  /// `f.template operator()<P>()` for the policy at `index`; `otherwise` if there is none.
+  template <class R, class F>
+  static R visit(std::size_t index, F&& f, R otherwise) {
+    std::size_t i = 0;
+    (void)((i++ == index ? (otherwise = f.template operator()<P>(), true) : false) || ...);
+    return otherwise;
+  }
+};
 
 }  // namespace tutti::inline v0::detail

@@ -103,4 +103,18 @@ void doubling_all_reduce(Ctx& c, std::byte* buf, std::size_t bytes) {
   fold_out(c, buf, bytes, f);
 }
 
+/// All-gather of equal blocks of `bytes` (p blocks, rank order, into `out`) by recursive
+/// doubling; Bruck's when p is not a power of two (as Open MPI does).
+template <class Ctx>
+void recursive_all_gather(Ctx& c, const std::byte* in, std::byte* out, std::size_t bytes) {
+  const int p = c.size();
+  if ((p & (p - 1)) != 0) {
+    bruck_all_gather(c, in, out, bytes);
+    return;
+  }
+  c.copy(out + static_cast<std::size_t>(c.rank()) * bytes, in, bytes);
+  const fold f(p, c.rank());
+  doubling_all_gather(c, out, equal_offsets(bytes, p), f);
+}
+
 }  // namespace tutti::inline v0::detail

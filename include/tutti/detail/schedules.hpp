@@ -208,6 +208,25 @@ void pairwise_all_to_allv(Ctx& c, const std::byte* in, std::span<const std::size
   }
 }
 
+/// Bruck all-gather of equal blocks of `bytes` (p blocks, rank order, into `out`): ceil(lg p)
+/// steps for any p.
+template <class Ctx>
+void bruck_all_gather(Ctx& c, const std::byte* in, std::byte* out, std::size_t bytes) {
+  const int p = c.size(), r = c.rank();
+  const auto up = static_cast<std::size_t>(p);
+  // tmp block i holds rank (r + i)'s data.
+  std::byte* tmp = c.scratch(bytes * up);
+  c.copy(tmp, in, bytes);
+  for (int k = 1; k < p; k <<= 1) {
+    const auto n = static_cast<std::size_t>(std::min(k, p - k));
+    c.sendrecv(mod(r - k, p), tmp, n * bytes, mod(r + k, p),
+               tmp + static_cast<std::size_t>(k) * bytes, n * bytes);
+  }
+  for (int i = 0; i < p; ++i)
+    c.copy(out + static_cast<std::size_t>(mod(r + i, p)) * bytes,
+           tmp + static_cast<std::size_t>(i) * bytes, bytes);
+}
+
 /// Dissemination barrier: ceil(lg p) rounds of empty messages.
 template <class Ctx>
 void dissemination_barrier(Ctx& c) {

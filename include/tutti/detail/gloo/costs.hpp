@@ -1,0 +1,24 @@
+#pragma once
+/// \file
+/// tutti::gloo's cost parameters for tutti::automatic (gloo::costs, gloo::single_copy_alpha_us,
+/// gloo::single_copy_beta_us_per_byte), apart from Gloo's headers: code built without Gloo
+/// (tests/test_core.cpp) checks automatic's picks against these very numbers.
+
+#include "tutti/detail/cost.hpp"
+
+namespace tutti::inline v0::detail::gloo_costs {
+
+/// Defaults for tutti::automatic, fitted on loopback (bench/RESULTS.md): every message is a
+/// rendezvous over a TCP connection (tens of microseconds), bytes cross the kernel twice.
+inline constexpr cost_model tcp{.alpha_us = 40.0,
+                                .beta_us_per_byte = 1.0 / 1500.0,
+                                .gamma_us_per_byte = 1.0 / 8000.0,
+                                .segment_beta_us_per_byte = 1.0 / 1500.0};
+
+/// α and β of a single copy, fitted on the 2-core VM of bench/RESULTS.md: a 4-byte recursive
+/// doubling step (a descriptor, a read, an acknowledgement) takes about 5 µs; a 4 MiB one
+/// (read and reduce 4 MiB) about 1.2 ms, α + n(β + γ) with γ = 1/8000.
+inline constexpr double single_copy_alpha_us = 5.0;
+inline constexpr double single_copy_beta_us_per_byte = 1.0 / 6500.0;
+
+}  // namespace tutti::inline v0::detail::gloo_costs
