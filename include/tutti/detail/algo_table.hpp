@@ -6,7 +6,9 @@
 ///   rule  := [collective ':'] policy ['@' range]
 ///   range := [bytes] '-' [bytes]        half-open [lo, hi); bytes take K, M, G (powers of 2)
 /// Example: "all_reduce:recursive_doubling@-64K; all_reduce:ring@64K-; broadcast:tree".
-/// The size is the call's count times the element size (per rank for all_gather, scatter...).
+/// The size is the bytes of the call's vector: one rank's for all_reduce, reduce, broadcast;
+/// every rank's together (count x element size x world size) for all_gather, gather, scatter,
+/// reduce_scatter, all_to_all; the sum of the counts for all_gatherv.
 /// A rule naming a policy that lacks the collective, or that the transport cannot run, is
 /// skipped for that collective. The names are those of the policies the chooser selects among
 /// (tutti::automatic's list); a policy that is no chooser ignores TUTTI_ALGO.
