@@ -1,9 +1,15 @@
 // tutti::bootstrap::detect_world / world_from_env / local_job_key: every launcher's variables,
-// their precedence, strict parsing, Slurm's tasks-per-node lists.
+// their precedence, strict parsing, Slurm's tasks-per-node lists; and bootstrap::rendezvous,
+// the store, key and file every transport's from_env / from_url meets through.
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <initializer_list>
 #include <iostream>
@@ -14,6 +20,8 @@
 #include <doctest/doctest.h>
 
 #include <tutti/bootstrap/env.hpp>
+#include <tutti/bootstrap/file_store.hpp>
+#include <tutti/bootstrap/rendezvous.hpp>
 
 #include "scoped_env.hpp"
 
@@ -395,4 +403,172 @@ TEST_CASE("local_job_key: shared by siblings, different from the parent's own") 
   const std::string start = keys[0].substr(keys[0].find('-') + 1);
   CHECK_FALSE(start.empty());
   CHECK(start.find_first_not_of("0123456789") == std::string::npos);
+}
+
+// ---- bootstrap::rendezvous: the one from_env / from_url behind shm, gloo and nccl ----------
+
+namespace {
+
+namespace bs = tutti::bootstrap;
+
+bool file_exists(const std::string& path) {
+  struct stat info {};
+  return ::lstat(path.c_str(), &info) == 0;
+}
+
+/// A listening loopback socket handed to the next tcp store through TUTTI_STORE_FD (as
+/// tutti::spawn does), so the test needs no free port guessed in advance.
+int adopted_listener() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(fd, 16) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  REQUIRE(::setenv("TUTTI_STORE_FD", std::to_string(fd).c_str(), 1) == 0);
+  return ntohs(a.sin_port);
+}
+
+/// The errc::invalid_argument `f` raises, as its full what().
+template <class F>
+std::string invalid_argument_of(F&& f) {
+  try {
+    (void)f();
+  } catch (const tutti::error& e) {
+    CHECK(e.kind() == tutti::errc::invalid_argument);
+    return e.what();
+  }
+  FAIL("no error raised");
+  return {};
+}
+
+const std::string invalid_argument_text =
+    ": " + make_error_code(tutti::errc::invalid_argument).message();
+
+}  // namespace
+
+TEST_CASE("rendezvous_key: tutti/<transport>/<n>, one count per transport") {
+  CHECK(bs::rendezvous_key("rdv-a") == "tutti/rdv-a/0");
+  CHECK(bs::rendezvous_key("rdv-a") == "tutti/rdv-a/1");
+  CHECK(bs::rendezvous_key("rdv-b") == "tutti/rdv-b/0");
+  CHECK(bs::rendezvous_key("rdv-a") == "tutti/rdv-a/2");
+}
+
+TEST_CASE("rendezvous_from_env: one host without a store meets through a private file") {
+  scoped_env env;
+  const tutti::options opts{};
+  const std::string stem = bs::private_dir() + "/" + bs::local_job_key() + ".rdv-file.";
+
+  env.set({{"RANK", "0"}, {"WORLD_SIZE", "1"}});
+  const bs::rendezvous r0 = bs::rendezvous_from_env(world_from_env(), "rdv-file", opts, "unused");
+  CHECK(r0.key == "tutti/rdv-file/0");
+  CHECK(r0.file == stem + "0");
+  CHECK(r0.rank == 0);
+  CHECK(r0.size == 1);
+  CHECK(r0.local_rank == 0);
+  CHECK(r0.route_host.empty());
+  CHECK(r0.route_port == -1);
+  REQUIRE(dynamic_cast<bs::file_store*>(r0.st.get()) != nullptr);
+  r0.st->set_string(r0.key, "segment");
+  CHECK(bs::file_store(r0.file).get_string(r0.key, std::chrono::seconds(1)) == "segment");
+  CHECK(r0.file_to_remove() == r0.file);
+  r0.remove_file();
+  CHECK_FALSE(file_exists(r0.file));
+
+  // Rank 2 of 3 on this host: the same file name scheme, and nothing to remove.
+  env.set({{"RANK", "2"}, {"WORLD_SIZE", "3"}});
+  const bs::rendezvous r2 = bs::rendezvous_from_env(world_from_env(), "rdv-file", opts, "unused");
+  CHECK(r2.key == "tutti/rdv-file/1");
+  CHECK(r2.file == stem + "1");
+  CHECK(r2.rank == 2);
+  CHECK(r2.size == 3);
+  CHECK(r2.local_rank == 2);
+  CHECK(r2.file_to_remove().empty());
+  r2.remove_file();
+  CHECK(file_exists(r2.file));
+  CHECK(::unlink(r2.file.c_str()) == 0);
+
+  // torchrun's agent already serves MASTER_PORT (in torch's protocol): the file again.
+  env.set({{"RANK", "0"},
+           {"WORLD_SIZE", "2"},
+           {"MASTER_ADDR", "127.0.0.1"},
+           {"MASTER_PORT", "29500"},
+           {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
+  const bs::rendezvous ra = bs::rendezvous_from_env(world_from_env(), "rdv-file", opts, "unused");
+  CHECK(ra.key == "tutti/rdv-file/2");
+  CHECK(ra.file == stem + "2");
+  CHECK(ra.route_host.empty());
+  CHECK(ra.route_port == -1);
+  ra.remove_file();
+  CHECK_FALSE(file_exists(ra.file));
+}
+
+TEST_CASE("rendezvous_from_env: across hosts without a usable store, the transport's message") {
+  scoped_env env;
+  const std::string msg = "tutti::rdv across hosts needs a store";
+  env.set({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}});
+  CHECK(invalid_argument_of([&] {
+          return bs::rendezvous_from_env(world_from_env(), "rdv-hosts", {}, msg);
+        }) == "tutti on rank 1: " + msg + invalid_argument_text);
+  // MASTER_ADDR:MASTER_PORT that torchrun's agent serves cannot be used either.
+  env.set({{"MASTER_ADDR", "10.0.0.1"},
+           {"MASTER_PORT", "29500"},
+           {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
+  CHECK(invalid_argument_of([&] {
+          return bs::rendezvous_from_env(world_from_env(), "rdv-hosts", {}, msg);
+        }) == "tutti on rank 1: " + msg + invalid_argument_text);
+}
+
+TEST_CASE("rendezvous: MASTER_ADDR:MASTER_PORT's process-wide store, and init URLs") {
+  scoped_env env;
+  const int port = adopted_listener();
+  const std::string port_text = std::to_string(port);
+  // Rank 0 of 2 on two hosts: the store at MASTER_ADDR:MASTER_PORT, which rank 0 serves.
+  env.set({{"RANK", "0"},
+           {"WORLD_SIZE", "2"},
+           {"LOCAL_RANK", "0"},
+           {"LOCAL_WORLD_SIZE", "1"},
+           {"MASTER_ADDR", "127.0.0.1"},
+           {"MASTER_PORT", port_text.c_str()}});
+  const bs::rendezvous r = bs::rendezvous_from_env(world_from_env(), "rdv-env", {}, "unused");
+  CHECK(r.key == "tutti/rdv-env/0");
+  CHECK(r.st == bs::env_store(0));
+  CHECK(r.route_host == "127.0.0.1");
+  CHECK(r.route_port == port);
+  CHECK(r.file.empty());
+  CHECK(r.file_to_remove().empty());
+
+  // env:// names the same store; its route is MASTER_ADDR:MASTER_PORT; local rank 0.
+  const bs::rendezvous e = bs::rendezvous_from_url("env://", 0, 2, "rdv-url", {});
+  CHECK(e.key == "tutti/rdv-url/0");
+  CHECK(e.st == r.st);
+  CHECK(e.route_host == "127.0.0.1");
+  CHECK(e.route_port == port);
+  CHECK(e.local_rank == 0);
+  CHECK(e.file.empty());
+
+  // file://: a file store on that path (the caller owns it: nothing to remove); the local rank
+  // is the launcher's.
+  env.set({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}});
+  const std::string path = bs::private_dir() + "/rdv-url-" + std::to_string(::getpid());
+  const bs::rendezvous f = bs::rendezvous_from_url("file://" + path, 3, 4, "rdv-url", {});
+  CHECK(f.key == "tutti/rdv-url/1");
+  CHECK(f.rank == 3);
+  CHECK(f.size == 4);
+  CHECK(f.local_rank == 1);
+  CHECK(f.route_host.empty());
+  CHECK(f.route_port == -1);
+  CHECK(f.file.empty());
+  CHECK(dynamic_cast<bs::file_store*>(f.st.get()) != nullptr);
+  CHECK(file_exists(path));
+  CHECK(::unlink(path.c_str()) == 0);
+
+  // A URL that names no store consumes no key.
+  CHECK(invalid_argument_of([] {
+          return bs::rendezvous_from_url("ftp://h:1", 0, 1, "rdv-url", {});
+        }).find("unknown scheme 'ftp'") != std::string::npos);
+  CHECK(bs::rendezvous_key("rdv-url") == "tutti/rdv-url/2");
 }

@@ -22,6 +22,30 @@
 #include <tutti/transport/nccl.cuh>
 #include <tutti/tutti.hpp>
 
+// The type and op mapping (tutti/detail/nccl/types.hpp), checked where no GPU is needed.
+namespace map_check {
+using tutti::dtype;
+using tutti::op_kind;
+using tutti::detail::nccl_op_of;
+using tutti::detail::nccl_type_of;
+static_assert(nccl_type_of(dtype::int8) == ncclInt8 && nccl_type_of(dtype::uint8) == ncclUint8);
+static_assert(nccl_type_of(dtype::boolean) == ncclUint8);
+static_assert(nccl_type_of(dtype::character) == (std::is_signed_v<char> ? ncclInt8 : ncclUint8));
+static_assert(nccl_type_of(dtype::int32) == ncclInt32 && nccl_type_of(dtype::uint32) == ncclUint32);
+static_assert(nccl_type_of(dtype::int64) == ncclInt64 && nccl_type_of(dtype::uint64) == ncclUint64);
+static_assert(nccl_type_of(dtype::float16) == ncclFloat16);
+static_assert(nccl_type_of(dtype::bfloat16) == ncclBfloat16);
+static_assert(nccl_type_of(dtype::float32) == ncclFloat32);
+static_assert(nccl_type_of(dtype::float64) == ncclFloat64);
+static_assert(nccl_type_of(dtype::int16) == -1 && nccl_type_of(dtype::uint16) == -1);
+static_assert(nccl_type_of(dtype::float128) == -1);
+static_assert(nccl_op_of(op_kind::sum) == ncclSum && nccl_op_of(op_kind::prod) == ncclProd);
+static_assert(nccl_op_of(op_kind::min) == ncclMin && nccl_op_of(op_kind::max) == ncclMax);
+static_assert(nccl_op_of(op_kind::avg) == ncclAvg);
+static_assert(nccl_op_of(op_kind::band) == -1 && nccl_op_of(op_kind::bor) == -1);
+static_assert(nccl_op_of(op_kind::bxor) == -1 && nccl_op_of(op_kind::none) == -1);
+}  // namespace map_check
+
 namespace {
 
 int g_rank = -1;
