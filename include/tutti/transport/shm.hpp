@@ -8,110 +8,43 @@
 /// Waits spin briefly, then sleep on a futex in the segment. While waiting a rank checks its
 /// deadline, the abort record and whether every peer process is still alive, so a rank that
 /// dies is reported by every other rank within a sleep slice (20 ms), naming it.
-
-#include <sys/stat.h>
-#include <unistd.h>
+///
+/// Its parts, in detail/: shm_layout (the segment's blocks, slots, lines and rings),
+/// shm_segment (creating, attaching and sweeping the segment; watching peer processes),
+/// shm_channels (the per-pair rings), shm_state (what one rank holds of the world),
+/// shm_failure (beats, stopped peers, abort records, a slow wait's poll), shm_join (joining a
+/// world once its rendezvous is known).
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <span>
 #include <string>
-#include <thread>
+#include <string_view>
 #include <utility>
-#include <vector>
 
 #include "tutti/bootstrap/env.hpp"
-#include "tutti/bootstrap/file_store.hpp"
+#include "tutti/bootstrap/rendezvous.hpp"
 #include "tutti/bootstrap/store.hpp"
 #include "tutti/bootstrap/url.hpp"
 #include "tutti/core/error.hpp"
 #include "tutti/core/options.hpp"
+#include "tutti/detail/board.hpp"
 #include "tutti/detail/call.hpp"
 #include "tutti/detail/cost.hpp"
 #include "tutti/detail/shm_channels.hpp"
+#include "tutti/detail/shm_failure.hpp"
+#include "tutti/detail/shm_join.hpp"
 #include "tutti/detail/shm_layout.hpp"
 #include "tutti/detail/shm_segment.hpp"
+#include "tutti/detail/shm_state.hpp"
 #include "tutti/detail/wait.hpp"
 #include "tutti/transport/concepts.hpp"
 
 namespace tutti::inline v0 {
-
-namespace detail {
-
-/// Everything one rank holds of a shm world. Lives on the heap: requests point at it.
-struct shm_state {
-  shm_state(shm_mapping m, const shm_layout& l, int r, int n)
-      : map(std::move(m)),
-        view(map.base(), l),
-        rank(r),
-        size(n),
-        channels(view, r, n),
-        tuning(wait_tuning::for_host(n)) {}
-  shm_state(const shm_state&) = delete;
-  shm_state& operator=(const shm_state&) = delete;
-  ~shm_state() {
-    view.block(rank).state.store(static_cast<std::uint32_t>(shm_rank_state::closed),
-                                 std::memory_order_release);
-    for (int q = 0; q < size; ++q) view.block(q).bell.ring(true);
-  }
-
-  shm_mapping map;
-  shm_view view;
-  int rank;
-  int size;
-  shm_channels channels;
-  shm_watch watch;
-  wait_tuning tuning;
-  std::uint64_t barrier_gen = 0;
-  std::uint64_t line_gen = 0;
-  std::string name;
-  bool broken = false;  // a request died mid-message: the channels are out of step
-  // Liveness (see shm_rank_block::beat): this rank's count, when it last stored it, and per
-  // peer the value last seen and since when, observed in the polls of slow waits.
-  std::uint64_t beats = 0;
-  clock::time_point last_beat{};
-  clock::time_point last_poll{};
-  struct beat_seen {
-    std::uint64_t value = 0;
-    clock::time_point since{};
-  };
-  std::vector<beat_seen> seen;
-};
-
-/// Slot and channel sizes: TUTTI_SHM_SLOT_BYTES / TUTTI_SHM_CHANNEL_BYTES on rank 0 or defaults.
-[[nodiscard]] inline shm_layout shm_default_layout(int ranks) {
-  auto read = [](const char* var, std::size_t fallback, std::size_t lo, std::size_t hi) {
-    const std::string s = env_string(var);
-    if (s.empty()) return fallback;
-    char* end = nullptr;
-    const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-    if (end == s.c_str() || *end != '\0' || v < lo || v > hi)
-      throw error(errc::invalid_argument, "", 0, -1, -1,
-                  std::string(var) + "=" + s + " is not a byte count in [" + std::to_string(lo) +
-                      ", " + std::to_string(hi) + "]");
-    return static_cast<std::size_t>(v);
-  };
-  shm_layout l;
-  l.ranks = static_cast<std::size_t>(ranks);
-  l.slot_bytes =
-      round_up(read("TUTTI_SHM_SLOT_BYTES", std::size_t{1} << 20, 8192, std::size_t{1} << 30),
-               shm_layout::page);
-  // Rings: 64 KiB per pair and space up to 16 ranks, smaller beyond (the pair count grows as p²).
-  std::size_t ring = ranks <= 16 ? std::size_t{64} << 10 : std::size_t{16} << 10;
-  ring = read("TUTTI_SHM_CHANNEL_BYTES", ring, 4096, std::size_t{64} << 20);
-  std::size_t pow2 = 4096;
-  while (pow2 < ring) pow2 <<= 1;
-  l.channel_bytes = pow2;
-  return l;
-}
-
-}  // namespace detail
 
 class shm {
  public:
@@ -205,8 +138,8 @@ class shm {
     };
     if (!ready())
       detail::wait_on(
-          st.view.block(st.rank).bell, true, ready, [&] { poll(c, deadline, op->peer, ready); },
-          st.tuning);
+          st.view.block(st.rank).bell, true, ready,
+          [&] { detail::shm_poll(st, c, deadline, op->peer, ready); }, st.tuning);
     if (op->failed) throw error(errc::mismatch, c.name_str(), c.seq, st.rank, op->peer, op->error);
     r.op_.reset();
   }
@@ -219,7 +152,7 @@ class shm {
     auto& me = s_->view.block(s_->rank);
     me.board.publish(c.seq, c.fp);
     me.beat.store(++s_->beats, std::memory_order_relaxed);
-    if (s_->view.aborted()) raise_abort(c, -1);
+    if (s_->view.aborted()) detail::shm_raise_abort(*s_, c, -1);
   }
 
   [[nodiscard]] std::byte* segment(int r) noexcept { return s_->view.slot(r); }
@@ -247,8 +180,8 @@ class shm {
     };
     if (!arrived())
       detail::wait_on(
-          st.view.block(st.rank).bell, true, arrived, [&] { poll(c, deadline, -1, arrived); },
-          st.tuning);
+          st.view.block(st.rank).bell, true, arrived,
+          [&] { detail::shm_poll(st, c, deadline, -1, arrived); }, st.tuning);
     for (int q = 0; q < st.size; ++q) {
       if (q == st.rank) continue;
       const auto& theirs = st.view.block(q).barrier.rec[g % 2];
@@ -307,8 +240,8 @@ class shm {
       auto ready = [&] { return tag.load(std::memory_order_acquire) == g; };
       if (!ready())
         detail::wait_on(
-            st.view.block(st.rank).bell, true, ready, [&] { poll(c, deadline, q, ready); },
-            st.tuning);
+            st.view.block(st.rank).bell, true, ready,
+            [&] { detail::shm_poll(st, c, deadline, q, ready); }, st.tuning);
     };
     // The writer stores the lines in order, each tag after its payload: once the last line's
     // tag shows this round, every line before it is complete too (release/acquire). Spinning
@@ -356,24 +289,17 @@ class shm {
   /// host.
   [[nodiscard]] static shm from_env(const options& opts = {}) {
     const bootstrap::world_info w = bootstrap::world_from_env();
-    if (w.local_size != w.size)
-      throw error(errc::invalid_argument, "", 0, w.rank, -1,
-                  "tutti::shm needs every rank on one host, but the launcher reports " +
-                      std::to_string(w.local_size) + " of " + std::to_string(w.size) +
-                      " ranks here; use tutti::gloo across hosts");
-    const std::string key = next_key();
-    if (!w.master_addr.empty() && w.master_port > 0 && !w.agent_store) {
-      return sweeping_on_failure(w.rank, [&] {
-        auto st = bootstrap::env_store(w.rank, opts.timeout, opts.store_token);
-        return join_through(*st, key, w.rank, w.size, opts);
-      });
-    }
-    const std::string path =
-        bootstrap::private_dir() + "/" + bootstrap::local_job_key() + "." + key.substr(10);
-    bootstrap::file_store st(path, opts.timeout);
-    shm t = join_through(st, key, w.rank, w.size, opts);
-    if (w.rank == 0) ::unlink(path.c_str());  // everyone attached: nobody reads it again
-    return t;
+    const std::string one_host =
+        "tutti::shm needs every rank on one host, but the launcher reports " +
+        std::to_string(w.local_size) + " of " + std::to_string(w.size) +
+        " ranks here; use tutti::gloo across hosts";
+    if (w.local_size != w.size) throw error(errc::invalid_argument, "", 0, w.rank, -1, one_host);
+    return sweeping_on_failure(w.rank, [&] {
+      const bootstrap::rendezvous r = bootstrap::rendezvous_from_env(w, "shm", opts, one_host);
+      shm t = join_through(r, opts);
+      r.remove_file();  // everyone attached: nobody reads it again
+      return t;
+    });
   }
 
   /// This rank's endpoint, meeting the others through the store an init URL names
@@ -395,8 +321,7 @@ class shm {
                                     const options& opts = {}) {
     const auto u = bootstrap::parse_init_url(url);
     return sweeping_on_failure(rank, [&] {
-      auto st = bootstrap::make_store(u, rank, opts.timeout, opts.store_token);
-      return join_through(*st, next_key(), rank, size, opts);
+      return join_through(bootstrap::rendezvous_from_url(u, rank, size, "shm", opts), opts);
     });
   }
 
@@ -405,7 +330,9 @@ class shm {
   /// others. Raises tutti::error(errc::timeout) naming the ranks that never attached.
   template <class Publish, class Fetch>
   [[nodiscard]] static shm join(int rank, int size, Publish&& publish, Fetch&& fetch,
-                                const options& opts = {});
+                                const options& opts = {}) {
+    return shm(detail::shm_join(rank, size, publish, fetch, opts));
+  }
 
  private:
   request make(int peer, const detail::call& c, detail::space sp, std::uint64_t tag, bool is_send) {
@@ -427,230 +354,14 @@ class shm {
     return r;
   }
 
-  /// "tutti/shm/<n>": the n-th shm world this process joins (every rank joins in one order).
-  [[nodiscard]] static std::string next_key() {
-    static std::atomic<unsigned> generation{0};
-    return "tutti/shm/" + std::to_string(generation.fetch_add(1));
-  }
-
-  [[nodiscard]] static shm join_through(bootstrap::store& st, const std::string& key, int rank,
-                                        int size, const options& opts) {
+  /// Joins the world `r` meets in: the segment's name travels under r.key.
+  [[nodiscard]] static shm join_through(const bootstrap::rendezvous& r, const options& opts) {
     return join(
-        rank, size, [&](const std::string& name) { st.set_string(key, name); },
-        [&] { return st.get_string(key, opts.timeout); }, opts);
-  }
-
-  [[nodiscard]] bool closed(int q) const noexcept {
-    return s_->view.block(q).state.load(std::memory_order_acquire) ==
-           static_cast<std::uint32_t>(detail::shm_rank_state::closed);
-  }
-
-  /// How long a peer's beat must stand still, while this rank watches it, before a failure
-  /// names that peer as the one that stopped: several sleep slices of a waiting rank.
-  static constexpr std::chrono::milliseconds stall_window{100};
-
-  /// Beats for this rank (at most every millisecond) and notes which peers' beats moved. A
-  /// gap since the last poll means a new wait: what was seen before says nothing about now.
-  void watch_beats(detail::clock::time_point now) {
-    auto& st = *s_;
-    if (now - st.last_beat >= std::chrono::milliseconds(1)) {
-      st.view.block(st.rank).beat.store(++st.beats, std::memory_order_relaxed);
-      st.last_beat = now;
-    }
-    const bool fresh = now - st.last_poll > stall_window;
-    st.last_poll = now;
-    st.seen.resize(static_cast<std::size_t>(st.size));
-    for (int q = 0; q < st.size; ++q) {
-      auto& s = st.seen[static_cast<std::size_t>(q)];
-      const std::uint64_t v = st.view.block(q).beat.load(std::memory_order_relaxed);
-      if (fresh || v != s.value) s = {v, now};
-    }
-  }
-
-  /// The open peer to blame at a timeout, and how long its beat stood still while this rank
-  /// watched: a peer whose process is stopped (SIGSTOP, a debugger: /proc says so) if there is
-  /// one — certain, where a beat standing still only suggests it, for on a busy machine a live
-  /// rank may not run for a while either —, else the peer whose beat stood still longest, at
-  /// least stall_window (a rank computing outside tutti). The longest still beat and then the
-  /// lowest rank win among equals; -1 if no peer qualifies.
-  [[nodiscard]] int stalled(detail::clock::time_point now, detail::clock::duration& still,
-                            bool& is_stopped) const {
-    const auto& st = *s_;
-    int who = -1;
-    still = stall_window;
-    is_stopped = false;
-    for (int q = 0; q < st.size && static_cast<std::size_t>(q) < st.seen.size(); ++q) {
-      if (q == st.rank || closed(q)) continue;
-      const auto d = now - st.seen[static_cast<std::size_t>(q)].since;
-      const bool stopped = st.watch.stopped(q);
-      if (stopped && !is_stopped) {  // the first stopped peer beats every running one
-        who = q;
-        still = d;
-        is_stopped = true;
-      } else if (stopped == is_stopped && (d > still || (who < 0 && d == still))) {
-        who = q;
-        still = d;
-      }
-    }
-    return who;
-  }
-
-  /// Raises peer_lost: rank `q` died. Records it first, so that the others name `q` too: a
-  /// survivor that raises this and exits without closing its communicator would otherwise be
-  /// the dead rank a slower survivor finds first (the lowest gone rank).
-  [[noreturn]] void raise_died(const detail::call& c, int q) {
-    const std::string text = "rank " + std::to_string(q) + " (pid " +
-                             std::to_string(s_->view.block(q).pid.load(std::memory_order_relaxed)) +
-                             ") died without closing its communicator";
-    s_->view.abort(errc::peer_lost, text, q);
-    throw error(errc::peer_lost, c.name_str(), c.seq, s_->rank, q, text);
-  }
-
-  /// Raises the world's abort record in call c. An abort of kind `aborted` is a consequence (a
-  /// rank abandoned a message while it unwound from an error, typically a peer's death): a dead
-  /// peer is the cause to name. For a mismatch, a rank whose call differs from this rank's if
-  /// one is on the board; else the rank the record blames (unless that is this rank), else
-  /// `peer`.
-  [[noreturn]] void raise_abort(const detail::call& c, int peer) {
-    auto& st = *s_;
-    auto [code, what, blame] = st.view.abort_reason();
-    if (code == errc::aborted)
-      for (int q = 0; q < st.size; ++q)
-        if (q != st.rank && !closed(q) && st.watch.gone(q)) raise_died(c, q);
-    if (blame >= 0 && blame != st.rank) peer = blame;
-    throw error(code, c.name_str(), c.seq, st.rank,
-                code == errc::mismatch ? detail::disagreeing_rank(c, st.rank, st.size, peer,
-                                                                  [&](int q) -> const auto& {
-                                                                    return st.view.block(q).board;
-                                                                  })
-                                       : peer,
-                what);
-  }
-
-  /// Runs before every sleep: abort record, peers' boards, peers' processes, the deadline.
-  /// `ready` is what the caller waits for: a peer may write its last message and exit between
-  /// the caller's last look and this one, so a lost peer is reported only if it still is not.
-  /// A timeout names the peer whose beat stood still (stopped, or computing outside tutti for
-  /// longer than the timeout) whoever this rank waited on, and records it for the others.
-  template <class Ready>
-  void poll(const detail::call& c, detail::clock::time_point deadline, int peer, Ready&& ready) {
-    auto& st = *s_;
-    const auto now = detail::clock::now();
-    watch_beats(now);
-    if (st.view.aborted()) raise_abort(c, peer);
-    for (int q = 0; q < st.size; ++q) {
-      if (q == st.rank) continue;
-      if (c.compared()) {
-        auto theirs = st.view.block(q).board.lookup(c.seq);
-        if (theirs && !(*theirs == c.fp)) {
-          const std::string what = detail::mismatch_text(st.rank, c.fp, q, *theirs);
-          st.view.abort(errc::mismatch, what, q);
-          throw error(errc::mismatch, c.name_str(), c.seq, st.rank, q, what);
-        }
-      }
-      if (!closed(q) && st.watch.gone(q) && !ready()) raise_died(c, q);
-    }
-    // Only then ranks that closed cleanly (say, after raising this same death themselves):
-    // a death is the cause worth naming.
-    for (int q = 0; q < st.size; ++q)
-      if (q != st.rank && (peer < 0 || peer == q) && closed(q) && !ready())
-        throw error(
-            errc::peer_lost, c.name_str(), c.seq, st.rank, q,
-            "rank " + std::to_string(q) + " closed its communicator without making this call");
-    if (now < deadline) return;
-    std::string text = peer >= 0 ? "timed out waiting for rank " + std::to_string(peer)
-                                 : "timed out waiting for the other ranks";
-    detail::clock::duration still{};
-    bool is_stopped = false;
-    const int stopped = stalled(now, still, is_stopped);
-    if (stopped < 0) throw error(errc::timeout, c.name_str(), c.seq, st.rank, peer, text);
-    char secs[32];
-    std::snprintf(secs, sizeof secs, "%.2f", std::chrono::duration<double>(still).count());
-    text += ": rank " + std::to_string(stopped) +
-            (is_stopped ? " is stopped (SIGSTOP or a debugger); its beat stood still for "
-                        : " made no progress for ") +
-            secs + " s" + (is_stopped ? "" : " (busy outside tutti?)");
-    // The others wait on the same stopped rank: tell them now, naming it, rather than let each
-    // time out on whichever neighbour it waits on (or see this rank close first).
-    st.view.abort(errc::timeout, "rank " + std::to_string(st.rank) + " " + text, stopped);
-    throw error(errc::timeout, c.name_str(), c.seq, st.rank, stopped, text);
+        r.rank, r.size, [&](const std::string& name) { r.st->set_string(r.key, name); },
+        [&] { return r.st->get_string(r.key, opts.timeout); }, opts);
   }
 
   std::shared_ptr<detail::shm_state> s_;
 };
-
-template <class Publish, class Fetch>
-shm shm::join(int rank, int size, Publish&& publish, Fetch&& fetch, const options& opts) {
-  if (size < 1 || rank < 0 || rank >= size)
-    throw error(errc::invalid_argument, "", 0, rank, -1,
-                "tutti::shm: rank " + std::to_string(rank) + " is not in a world of " +
-                    std::to_string(size));
-  const auto deadline = detail::clock::now() + opts.timeout;
-  std::string name;
-  detail::shm_mapping map;
-  detail::shm_layout layout;
-  if (rank == 0) {
-    (void)detail::shm_sweep_orphans();  // segments of earlier worlds whose rank 0 died early
-    layout = detail::shm_default_layout(size);
-    name = detail::shm_random_name(rank);
-    map = detail::shm_create(name, layout);
-    try {
-      publish(name);
-    } catch (...) {
-      ::shm_unlink(name.c_str());
-      throw;
-    }
-  } else {
-    try {
-      name = fetch();
-    } catch (...) {
-      // Rank 0 may have died after creating the segment, before publishing its name: nobody
-      // can name it now, so remove every segment whose creator is gone.
-      (void)detail::shm_sweep_orphans();
-      throw;
-    }
-    std::tie(map, layout) = detail::shm_attach(name, rank, size);
-  }
-  auto st = std::make_shared<detail::shm_state>(std::move(map), layout, rank, size);
-  st->name = name;
-  auto& v = st->view;
-  auto& me = v.block(rank);
-  me.pid.store(static_cast<std::int32_t>(::getpid()), std::memory_order_relaxed);
-  me.state.store(static_cast<std::uint32_t>(detail::shm_rank_state::attached),
-                 std::memory_order_release);
-  if (v.header().attached.fetch_add(1, std::memory_order_acq_rel) + 1 ==
-      static_cast<std::uint32_t>(size))
-    ::shm_unlink(name.c_str());  // the world is complete: nothing needs the name any more
-  for (int q = 0; q < size; ++q) v.block(q).bell.ring(true);
-
-  auto all_attached = [&] {
-    return v.header().attached.load(std::memory_order_acquire) == static_cast<std::uint32_t>(size);
-  };
-  auto check = [&] {
-    for (int q = 0; q < size; ++q) {
-      const std::int32_t pid = v.block(q).pid.load(std::memory_order_relaxed);
-      if (q != rank && pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
-        ::shm_unlink(name.c_str());  // the world can never form: nobody else removes the name
-        throw error(errc::peer_lost, "", 0, rank, q,
-                    "tutti::shm: rank " + std::to_string(q) + " died while the world was forming");
-      }
-    }
-    if (detail::clock::now() < deadline) return;
-    ::shm_unlink(name.c_str());
-    std::string missing;
-    for (int q = 0; q < size; ++q)
-      if (v.block(q).state.load(std::memory_order_acquire) == 0)
-        missing += (missing.empty() ? "" : ", ") + std::to_string(q);
-    throw error(errc::timeout, "", 0, rank, -1,
-                "tutti::shm: ranks " + missing + " did not attach to the segment in time");
-  };
-  if (!all_attached()) detail::wait_on(me.bell, true, all_attached, check, st->tuning);
-  std::vector<std::int32_t> pids(static_cast<std::size_t>(size));
-  for (int q = 0; q < size; ++q)
-    if (q != rank)
-      pids[static_cast<std::size_t>(q)] = v.block(q).pid.load(std::memory_order_relaxed);
-  st->watch = detail::shm_watch(std::move(pids));
-  return shm(std::move(st));
-}
 
 }  // namespace tutti::inline v0
