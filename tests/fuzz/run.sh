@@ -38,17 +38,17 @@ for n in "${names[@]}"; do targets+=("fuzz_$n"); done
 echo "== fuzz: building ${targets[*]}"
 cmake --build "$build" -j"$jobs" --target "${targets[@]}" >/dev/null
 
-status=0
-summary=()
-for n in "${names[@]}"; do
+# One target for `seconds`; its summary line goes to $build/logs/<name>.line, and its failure,
+# if any, to stderr.
+fuzz_one() {
+  local n="$1" exe corpus findings log rc=0 execs cov found line
+  rm -f "$build/logs/$n.line"
   exe="$(find "$build" -type f -name "fuzz_$n" -perm -u+x | head -n 1)"
-  [[ -n "$exe" ]] || { echo "fuzz: fuzz_$n was not built" >&2; exit 1; }
+  [[ -n "$exe" ]] || { echo "fuzz: fuzz_$n was not built" >&2; return 1; }
   corpus="$build/corpus/$n"
   findings="$build/findings/$n"
   log="$build/logs/$n.log"
   mkdir -p "$corpus" "$findings" "$(dirname "$log")"
-  echo "== fuzz: $n for ${seconds}s"
-  rc=0
   # -timeout: one input running 10 s is a hang; -rss_limit_mb: a leak or runaway allocation.
   "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$findings/" "$corpus" "$root/tests/fuzz/corpus/$n" >"$log" 2>&1 || rc=$?
@@ -57,13 +57,32 @@ for n in "${names[@]}"; do
   found="$(find "$findings" -type f | wc -l)"
   line="$(printf '%-14s rc=%d execs=%s %s corpus=%s findings=%s' "$n" "$rc" "${execs:-?}" \
     "${cov:-cov: ?}" "$(find "$corpus" -type f | wc -l)" "$found")"
-  summary+=("$line")
+  printf '%s\n' "$line" >"$build/logs/$n.line"
   echo "   $line"
   if ((rc != 0 || found != 0)); then
-    status=1
     echo "fuzz: $n FAILED; the end of $log:" >&2
     tail -n 40 "$log" >&2
+    return 1
   fi
+}
+
+# Each target is one process on one core: `jobs` of them run at once.
+status=0
+summary=()
+for ((i = 0; i < ${#names[@]}; i += jobs)); do
+  batch=("${names[@]:i:jobs}")
+  echo "== fuzz: ${batch[*]} for ${seconds}s"
+  pids=()
+  for n in "${batch[@]}"; do
+    fuzz_one "$n" &
+    pids+=("$!")
+  done
+  for pid in "${pids[@]}"; do
+    wait "$pid" || status=1
+  done
+done
+for n in "${names[@]}"; do
+  summary+=("$(cat "$build/logs/$n.line" 2>/dev/null || echo "$n: no result")")
 done
 
 echo "== fuzz: summary (${seconds}s per target, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores)"
