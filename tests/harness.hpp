@@ -84,6 +84,18 @@ inline constexpr bool sanitized = false;
 #endif
 inline constexpr std::size_t large_count = std::size_t{1} << 20;
 
+/// One element type of each size and kind (1, 2, 4, 8 and 16 bytes; signed, unsigned, both
+/// 16-bit floats, float, double, long double, bool): what a transport or policy does
+/// differently per type is its byte count, alignment and reduction kernel.
+using representative_types =
+    std::tuple<std::int8_t, std::uint16_t, std::int32_t, std::uint64_t, tutti::half,
+               tutti::bfloat16, float, double, long double, bool>;
+/// The element types of the collective sweeps (tests/suite.hpp): all of them in Release; the
+/// representative ones under the sanitizers, where each instantiation of the sweep costs
+/// minutes to compile (test_collectives alone took 222 s under ASan+UBSan) and the types left
+/// out add no code path that the kept ones do not take.
+using sweep_types = std::conditional_t<sanitized, representative_types, all_types>;
+
 template <class T>
 inline constexpr bool is_signed_v = std::is_signed_v<T> || !std::is_integral_v<T>;
 

@@ -318,8 +318,8 @@ void moving_sweep(Comm& comm, failures& f) {
 }
 
 /// The whole sweep on `comm`, for policy P (which must be comm's algorithm), over the element
-/// types in the tuple `Types` (default: all of them).
-template <class P, class Types = all_types, class Comm>
+/// types in the tuple `Types` (default: harness::sweep_types).
+template <class P, class Types = sweep_types, class Comm>
 void run_suite(Comm& comm, failures& f) {
   using tr = typename Comm::transport_type;
   for_each_type<Types>([&]<class T>() {

@@ -1,7 +1,8 @@
 // The collective suite (tests/suite.hpp) on inproc: one world of threads per (policy, world
 // size) runs the whole sweep, so the matrix costs collectives, not thread starts. The >= 1M
 // counts run for float, int32, half and double with sum (all world sizes in Release, sizes 2,
-// 5 and 8 under sanitizers).
+// 5 and 8 under sanitizers). Every element type in Release; under the sanitizers one of each size
+// and kind (harness::sweep_types).
 
 #include <doctest/doctest.h>
 
