@@ -1,0 +1,607 @@
+#include "backend.hpp"
+
+#include <cstdlib>
+#include <numeric>
+#include <string_view>
+
+#include "dispatch.hpp"
+#include "store.hpp"
+
+namespace tutti_torch {
+
+namespace {
+
+[[nodiscard]] transport_choice choice_from_env() {
+  const char* v = std::getenv("TUTTI_TORCH_TRANSPORT");
+  const std::string_view s = v == nullptr ? "" : v;
+  if (s.empty() || s == "auto") return transport_choice::automatic;
+  if (s == "shm") return transport_choice::shm;
+  if (s == "gloo") return transport_choice::gloo;
+  TORCH_CHECK(false, "tutti: TUTTI_TORCH_TRANSPORT='", s, "' is not one of auto, shm, gloo");
+}
+
+/// The tensor itself when it is dense and contiguous on the CPU, else a contiguous copy (the
+/// caller copies results back with copy_back).
+[[nodiscard]] at::Tensor dense(const at::Tensor& t) { return t.contiguous(); }
+
+void copy_back(const at::Tensor& to, const at::Tensor& from) {
+  if (!to.is_same(from)) to.copy_(from.view(to.sizes()));
+}
+
+void check_cpu(const at::Tensor& t, const char* call) {
+  TORCH_CHECK(t.device().is_cpu(), "tutti: ", call, " takes CPU tensors; got one on ",
+              t.device(), " (register tutti for cpu and nccl for cuda in one group: ",
+              "init_process_group(\"cpu:tutti,cuda:nccl\"))");
+  TORCH_CHECK(t.layout() == at::kStrided, "tutti: ", call, " takes dense tensors");
+}
+
+void check_one(const std::vector<at::Tensor>& ts, const char* call) {
+  TORCH_CHECK(ts.size() == 1, "tutti: ", call, " takes one tensor per call, got ", ts.size());
+  check_cpu(ts[0], call);
+}
+
+void check_same(const at::Tensor& a, const at::Tensor& b, const char* call) {
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "tutti: ", call,
+              ": tensors must share one dtype, got ", a.scalar_type(), " and ", b.scalar_type());
+}
+
+/// Checks op on dtype in the caller's thread, so a bad pair raises from the call itself.
+void check_op(const c10d::ReduceOp& op, at::ScalarType dtype) {
+  with_type(dtype, [&]<class T>(type_tag<T>) { with_op<T>(op, dtype, [](auto) {}); });
+}
+
+/// One flat contiguous tensor holding `ts` back to back.
+[[nodiscard]] at::Tensor flat(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> parts;
+  parts.reserve(ts.size());
+  for (const auto& t : ts) parts.push_back(t.reshape({-1}));
+  return at::cat(parts);
+}
+
+/// Copies the pieces of flat `f` back into `ts`.
+void unflat(const at::Tensor& f, const std::vector<at::Tensor>& ts) {
+  int64_t at = 0;
+  for (const auto& t : ts) {
+    t.copy_(f.narrow(0, at, t.numel()).view(t.sizes()));
+    at += t.numel();
+  }
+}
+
+template <class F>
+void visit_typed(any_comm& c, at::ScalarType type, F&& f) {
+  std::visit([&](auto& comm) { with_type(type, [&]<class T>(type_tag<T>) { f(comm, type_tag<T>{}); }); },
+             c);
+}
+
+}  // namespace
+
+backend::backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                 std::chrono::milliseconds timeout)
+    : c10d::Backend(rank, size),
+      store_(store),
+      tstore_(std::make_shared<c10d_store>(store)),
+      choice_(choice_from_env()) {
+  opts_.timeout = timeout;
+  // Which ranks share a host: each rank's identity through the group's store.
+  tstore_->set_string("tutti/host/" + std::to_string(rank), host_identity());
+  hosts_.resize(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r)
+    hosts_[static_cast<std::size_t>(r)] =
+        tstore_->get_string("tutti/host/" + std::to_string(r), opts_.timeout);
+  int other = -1;
+  for (int r = 1; r < size && other < 0; ++r)
+    if (hosts_[static_cast<std::size_t>(r)] != hosts_[0]) other = r;
+  if (choice_ == transport_choice::shm)
+    TORCH_CHECK(other < 0, "tutti: TUTTI_TORCH_TRANSPORT=shm needs every rank on one host, but ",
+                "rank 0 runs on ", hosts_[0], " and rank ", other, " on ",
+                hosts_[static_cast<std::size_t>(other)]);
+  shm_ = choice_ == transport_choice::shm || (choice_ == transport_choice::automatic && other < 0);
+  try {
+    comm_ = join("tutti/world", rank, size, shm_);
+  } catch (const tutti::error& e) {
+    C10_THROW_ERROR(DistBackendError, std::string("tutti: joining the group failed: ") + e.what());
+  }
+  collectives_ = std::make_unique<runner>();
+}
+
+backend::~backend() = default;
+
+std::string backend::transport_name() const { return shm_ ? "shm" : "gloo"; }
+
+std::unique_ptr<any_comm> backend::join(const std::string& key, int rank, int size,
+                                        bool shm) const {
+  if (shm) {
+    tutti::shm t = tutti::shm::join(
+        rank, size, [&](const std::string& name) { tstore_->set_string(key, name); },
+        [&] { return tstore_->get_string(key, opts_.timeout); }, opts_);
+    return std::make_unique<any_comm>(std::in_place_type<shm_comm>, std::move(t), opts_);
+  }
+  // The address that reaches MASTER_ADDR picks the interface (TUTTI_SOCKET_IFNAME overrides).
+  const char* host = std::getenv("MASTER_ADDR");
+  const char* port = std::getenv("MASTER_PORT");
+  tutti::gloo t = tutti::gloo::connect(tstore_, key, rank, size, host ? host : "",
+                                       port ? std::atoi(port) : -1, opts_);
+  return std::make_unique<any_comm>(std::in_place_type<gloo_comm>, std::move(t), opts_);
+}
+
+c10::intrusive_ptr<work> backend::post(c10d::OpType type, const char* title,
+                                       std::vector<at::Tensor> outputs,
+                                       std::function<void()> fn) {
+  auto w = c10::make_intrusive<work>(getRank(), type, title, std::move(outputs));
+  ++seq_;
+  collectives_->post(w, std::move(fn));
+  return w;
+}
+
+// ---- collectives ---------------------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Work> backend::broadcast(std::vector<at::Tensor>& tensors,
+                                                  const c10d::BroadcastOptions& opts) {
+  check_one(tensors, "broadcast");
+  const at::Tensor t = tensors[0];
+  const int root = static_cast<int>(opts.rootRank);
+  return post(c10d::OpType::BROADCAST, "broadcast", tensors, [this, t, root] {
+    const at::Tensor d = dense(t);
+    visit_typed(*comm_, t.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
+      c.broadcast(span_of<T>(d), root);
+    });
+    copy_back(t, d);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::allreduce(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) {
+  check_one(tensors, "all_reduce");
+  const at::Tensor t = tensors[0];
+  const c10d::ReduceOp op = opts.reduceOp;
+  check_op(op, t.scalar_type());
+  return post(c10d::OpType::ALLREDUCE, "all_reduce", tensors, [this, t, op] {
+    const at::Tensor d = dense(t);
+    visit_typed(*comm_, t.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
+      with_op<T>(op, t.scalar_type(), [&](auto o) { c.all_reduce(span_of<T>(d), o); });
+    });
+    copy_back(t, d);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  TORCH_CHECK(!tensors.empty(), "tutti: all_reduce_coalesced needs at least one tensor");
+  for (const auto& t : tensors) {
+    check_cpu(t, "all_reduce_coalesced");
+    check_same(tensors[0], t, "all_reduce_coalesced");
+  }
+  const c10d::ReduceOp op = opts.reduceOp;
+  check_op(op, tensors[0].scalar_type());
+  return post(c10d::OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", tensors,
+              [this, tensors, op] {
+                const at::Tensor f = flat(tensors);
+                visit_typed(*comm_, f.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
+                  with_op<T>(op, f.scalar_type(), [&](auto o) { c.all_reduce(span_of<T>(f), o); });
+                });
+                unflat(f, tensors);
+              });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::reduce(std::vector<at::Tensor>& tensors,
+                                               const c10d::ReduceOptions& opts) {
+  check_one(tensors, "reduce");
+  const at::Tensor t = tensors[0];
+  const c10d::ReduceOp op = opts.reduceOp;
+  const int root = static_cast<int>(opts.rootRank);
+  check_op(op, t.scalar_type());
+  return post(c10d::OpType::REDUCE, "reduce", tensors, [this, t, op, root] {
+    const at::Tensor d = dense(t);
+    visit_typed(*comm_, t.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
+      with_op<T>(op, t.scalar_type(), [&](auto o) { c.reduce(span_of<T>(d), o, root); });
+    });
+    copy_back(t, d);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                  std::vector<at::Tensor>& inputs,
+                                                  const c10d::AllgatherOptions&) {
+  check_one(inputs, "all_gather");
+  TORCH_CHECK(outputs.size() == 1, "tutti: all_gather takes one output list");
+  const at::Tensor in = inputs[0];
+  const std::vector<at::Tensor> outs = outputs[0];
+  TORCH_CHECK(static_cast<int>(outs.size()) == getSize(), "tutti: all_gather needs ", getSize(),
+              " output tensors (one per rank), got ", outs.size());
+  for (const auto& o : outs) {
+    check_cpu(o, "all_gather");
+    check_same(in, o, "all_gather");
+    TORCH_CHECK(o.numel() == in.numel(), "tutti: all_gather: every output tensor needs ",
+                in.numel(), " elements like the input, got ", o.numel());
+  }
+  return post(c10d::OpType::ALLGATHER, "all_gather", outs, [this, in, outs] {
+    const at::Tensor d = dense(in);
+    const at::Tensor all = at::empty({getSize() * d.numel()}, d.options());
+    visit_typed(*comm_, d.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
+      c.all_gather(std::span<const T>(span_of<T>(d)), span_of<T>(all));
+    });
+    unflat(all, outs);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                        const c10d::AllgatherOptions&) {
+  check_cpu(input, "all_gather_into_tensor");
+  check_cpu(output, "all_gather_into_tensor");
+  check_same(input, output, "all_gather_into_tensor");
+  TORCH_CHECK(output.numel() == getSize() * input.numel(),
+              "tutti: all_gather_into_tensor: the output needs world size x input = ",
+              getSize() * input.numel(), " elements, got ", output.numel());
+  const at::Tensor in = input;
+  const at::Tensor out = output;
+  return post(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out}, [this, in, out] {
+    const at::Tensor d = dense(in);
+    const at::Tensor o = dense(out);
+    visit_typed(*comm_, d.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
+      c.all_gather(std::span<const T>(span_of<T>(d)), span_of<T>(o));
+    });
+    copy_back(out, o);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  // outputs[r][i] receives rank r's inputs[i].
+  TORCH_CHECK(static_cast<int>(outputs.size()) == getSize(), "tutti: all_gather_coalesced needs ",
+              getSize(), " output lists (one per rank), got ", outputs.size());
+  for (const auto& list : outputs) {
+    TORCH_CHECK(list.size() == inputs.size(),
+                "tutti: all_gather_coalesced: each output list needs one tensor per input");
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      check_cpu(list[i], "all_gather_coalesced");
+      check_same(inputs[i], list[i], "all_gather_coalesced");
+      TORCH_CHECK(list[i].numel() == inputs[i].numel(),
+                  "tutti: all_gather_coalesced: output and input sizes differ");
+    }
+  }
+  for (const auto& in : inputs) check_cpu(in, "all_gather_coalesced");
+  const auto outs = outputs;
+  const auto ins = inputs;
+  std::vector<at::Tensor> results;
+  for (const auto& l : outs) results.insert(results.end(), l.begin(), l.end());
+  return post(c10d::OpType::ALLGATHER_COALESCED, "all_gather_coalesced", results,
+              [this, outs, ins] {
+                for (std::size_t i = 0; i < ins.size(); ++i) {
+                  const at::Tensor d = dense(ins[i]);
+                  const at::Tensor all = at::empty({getSize() * d.numel()}, d.options());
+                  visit_typed(*comm_, d.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
+                    c.all_gather(std::span<const T>(span_of<T>(d)), span_of<T>(all));
+                  });
+                  for (int r = 0; r < getSize(); ++r)
+                    outs[static_cast<std::size_t>(r)][i].copy_(
+                        all.narrow(0, r * d.numel(), d.numel())
+                            .view(outs[static_cast<std::size_t>(r)][i].sizes()));
+                }
+              });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  TORCH_CHECK(outputs.size() == inputs.size(),
+              "tutti: all_gather_into_tensor_coalesced needs one output per input");
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    check_cpu(inputs[i], "all_gather_into_tensor_coalesced");
+    check_cpu(outputs[i], "all_gather_into_tensor_coalesced");
+    check_same(inputs[i], outputs[i], "all_gather_into_tensor_coalesced");
+    TORCH_CHECK(outputs[i].numel() == getSize() * inputs[i].numel(),
+                "tutti: all_gather_into_tensor_coalesced: output ", i,
+                " needs world size x input elements");
+  }
+  const auto outs = outputs;
+  const auto ins = inputs;
+  return post(c10d::OpType::COALESCED, "all_gather_into_tensor_coalesced", outs, [this, outs, ins] {
+    for (std::size_t i = 0; i < ins.size(); ++i) {
+      const at::Tensor d = dense(ins[i]);
+      const at::Tensor o = dense(outs[i]);
+      visit_typed(*comm_, d.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
+        c.all_gather(std::span<const T>(span_of<T>(d)), span_of<T>(o));
+      });
+      copy_back(outs[i], o);
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                               std::vector<at::Tensor>& inputs,
+                                               const c10d::GatherOptions& opts) {
+  check_one(inputs, "gather");
+  const int root = static_cast<int>(opts.rootRank);
+  TORCH_CHECK(root >= 0 && root < getSize(), "tutti: gather: root ", root, " is not a rank of ",
+              getSize());
+  const at::Tensor in = inputs[0];
+  std::vector<at::Tensor> outs;
+  if (getRank() == root) {
+    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
+                "tutti: gather: the root needs one list of ", getSize(), " output tensors");
+    outs = outputs[0];
+    for (const auto& o : outs) {
+      check_cpu(o, "gather");
+      check_same(in, o, "gather");
+      TORCH_CHECK(o.numel() == in.numel(), "tutti: gather: output and input sizes differ");
+    }
+  } else {
+    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                "tutti: gather: only the root passes output tensors");
+  }
+  return post(c10d::OpType::GATHER, "gather", outs, [this, in, outs, root] {
+    const at::Tensor d = dense(in);
+    const at::Tensor all =
+        at::empty({getRank() == root ? getSize() * d.numel() : 0}, d.options());
+    visit_typed(*comm_, d.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
+      c.gather(std::span<const T>(span_of<T>(d)), span_of<T>(all), root);
+    });
+    if (getRank() == root) unflat(all, outs);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ScatterOptions& opts) {
+  check_one(outputs, "scatter");
+  const int root = static_cast<int>(opts.rootRank);
+  TORCH_CHECK(root >= 0 && root < getSize(), "tutti: scatter: root ", root, " is not a rank of ",
+              getSize());
+  const at::Tensor out = outputs[0];
+  std::vector<at::Tensor> ins;
+  if (getRank() == root) {
+    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
+                "tutti: scatter: the root needs one list of ", getSize(), " input tensors");
+    ins = inputs[0];
+    for (const auto& i : ins) {
+      check_cpu(i, "scatter");
+      check_same(out, i, "scatter");
+      TORCH_CHECK(i.numel() == out.numel(), "tutti: scatter: output and input sizes differ");
+    }
+  } else {
+    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
+                "tutti: scatter: only the root passes input tensors");
+  }
+  return post(c10d::OpType::SCATTER, "scatter", {out}, [this, out, ins, root] {
+    const at::Tensor all = ins.empty() ? at::empty({0}, out.options()) : flat(ins);
+    const at::Tensor o = dense(out);
+    visit_typed(*comm_, o.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
+      c.scatter(std::span<const T>(span_of<T>(all)), span_of<T>(o), root);
+    });
+    copy_back(out, o);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  check_one(outputs, "reduce_scatter");
+  TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
+              "tutti: reduce_scatter needs one list of ", getSize(), " input tensors");
+  const at::Tensor out = outputs[0];
+  const std::vector<at::Tensor> ins = inputs[0];
+  for (const auto& i : ins) {
+    check_cpu(i, "reduce_scatter");
+    check_same(out, i, "reduce_scatter");
+    TORCH_CHECK(i.numel() == out.numel(), "tutti: reduce_scatter: output and input sizes differ");
+  }
+  const c10d::ReduceOp op = opts.reduceOp;
+  check_op(op, out.scalar_type());
+  return post(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", {out}, [this, out, ins, op] {
+    const at::Tensor all = flat(ins);
+    const at::Tensor o = dense(out);
+    visit_typed(*comm_, o.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
+      with_op<T>(op, o.scalar_type(), [&](auto r) {
+        c.reduce_scatter(std::span<const T>(span_of<T>(all)), span_of<T>(o), r);
+      });
+    });
+    copy_back(out, o);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  check_cpu(input, "reduce_scatter_tensor");
+  check_cpu(output, "reduce_scatter_tensor");
+  check_same(input, output, "reduce_scatter_tensor");
+  TORCH_CHECK(input.numel() == getSize() * output.numel(),
+              "tutti: reduce_scatter_tensor: the input needs world size x output = ",
+              getSize() * output.numel(), " elements, got ", input.numel());
+  const c10d::ReduceOp op = opts.reduceOp;
+  check_op(op, output.scalar_type());
+  const at::Tensor in = input;
+  const at::Tensor out = output;
+  return post(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out},
+              [this, in, out, op] {
+                const at::Tensor d = dense(in);
+                const at::Tensor o = dense(out);
+                visit_typed(*comm_, o.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
+                  with_op<T>(op, o.scalar_type(), [&](auto r) {
+                    c.reduce_scatter(std::span<const T>(span_of<T>(d)), span_of<T>(o), r);
+                  });
+                });
+                copy_back(out, o);
+              });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(),
+              "tutti: reduce_scatter_tensor_coalesced needs one output per input");
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    check_cpu(inputs[i], "reduce_scatter_tensor_coalesced");
+    check_cpu(outputs[i], "reduce_scatter_tensor_coalesced");
+    check_same(inputs[i], outputs[i], "reduce_scatter_tensor_coalesced");
+    TORCH_CHECK(inputs[i].numel() == getSize() * outputs[i].numel(),
+                "tutti: reduce_scatter_tensor_coalesced: input ", i,
+                " needs world size x output elements");
+    check_op(opts.reduceOp, outputs[i].scalar_type());
+  }
+  const c10d::ReduceOp op = opts.reduceOp;
+  const auto outs = outputs;
+  const auto ins = inputs;
+  return post(c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", outs,
+              [this, outs, ins, op] {
+                for (std::size_t i = 0; i < ins.size(); ++i) {
+                  const at::Tensor d = dense(ins[i]);
+                  const at::Tensor o = dense(outs[i]);
+                  visit_typed(*comm_, o.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
+                    with_op<T>(op, o.scalar_type(), [&](auto r) {
+                      c.reduce_scatter(std::span<const T>(span_of<T>(d)), span_of<T>(o), r);
+                    });
+                  });
+                  copy_back(outs[i], o);
+                }
+              });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                      std::vector<int64_t>& output_splits,
+                                                      std::vector<int64_t>& input_splits,
+                                                      const c10d::AllToAllOptions&) {
+  check_cpu(input, "all_to_all_single");
+  check_cpu(output, "all_to_all_single");
+  check_same(input, output, "all_to_all_single");
+  const int p = getSize();
+  // Counts in elements: a split counts rows of the first dimension.
+  auto counts = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) {
+    std::vector<std::size_t> c(static_cast<std::size_t>(p));
+    const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+    const int64_t row = rows == 0 ? 0 : t.numel() / rows;
+    if (splits.empty()) {
+      TORCH_CHECK(rows % p == 0, "tutti: all_to_all_single: the ", which, "'s ", rows,
+                  " rows do not split evenly over ", p, " ranks; pass split sizes");
+      for (auto& x : c) x = static_cast<std::size_t>(rows / p * row);
+    } else {
+      TORCH_CHECK(static_cast<int>(splits.size()) == p, "tutti: all_to_all_single: ", which,
+                  " split sizes need one entry per rank (", p, "), got ", splits.size());
+      int64_t total = 0;
+      for (int j = 0; j < p; ++j) {
+        TORCH_CHECK(splits[static_cast<std::size_t>(j)] >= 0,
+                    "tutti: all_to_all_single: negative split size");
+        total += splits[static_cast<std::size_t>(j)];
+        c[static_cast<std::size_t>(j)] =
+            static_cast<std::size_t>(splits[static_cast<std::size_t>(j)] * row);
+      }
+      TORCH_CHECK(total == rows, "tutti: all_to_all_single: the ", which,
+                  " split sizes add up to ", total, " rows, the tensor has ", rows);
+    }
+    return c;
+  };
+  const auto sc = counts(input, input_splits, "input");
+  const auto rc = counts(output, output_splits, "output");
+  const at::Tensor in = input;
+  const at::Tensor out = output;
+  return post(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out}, [this, in, out, sc, rc] {
+    const at::Tensor d = dense(in);
+    const at::Tensor o = dense(out);
+    visit_typed(*comm_, d.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
+      c.all_to_allv(std::span<const T>(span_of<T>(d)), sc, span_of<T>(o), rc);
+    });
+    copy_back(out, o);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::alltoall(std::vector<at::Tensor>& outputs,
+                                                 std::vector<at::Tensor>& inputs,
+                                                 const c10d::AllToAllOptions&) {
+  const int p = getSize();
+  TORCH_CHECK(static_cast<int>(outputs.size()) == p && static_cast<int>(inputs.size()) == p,
+              "tutti: all_to_all needs ", p, " input and ", p, " output tensors");
+  std::vector<std::size_t> sc, rc;
+  for (int j = 0; j < p; ++j) {
+    check_cpu(inputs[static_cast<std::size_t>(j)], "all_to_all");
+    check_cpu(outputs[static_cast<std::size_t>(j)], "all_to_all");
+    check_same(inputs[0], inputs[static_cast<std::size_t>(j)], "all_to_all");
+    check_same(inputs[0], outputs[static_cast<std::size_t>(j)], "all_to_all");
+    sc.push_back(static_cast<std::size_t>(inputs[static_cast<std::size_t>(j)].numel()));
+    rc.push_back(static_cast<std::size_t>(outputs[static_cast<std::size_t>(j)].numel()));
+  }
+  const auto outs = outputs;
+  const auto ins = inputs;
+  return post(c10d::OpType::ALLTOALL, "all_to_all", outs, [this, outs, ins, sc, rc] {
+    const at::Tensor d = flat(ins);
+    const int64_t total = std::accumulate(rc.begin(), rc.end(), int64_t{0},
+                                          [](int64_t a, std::size_t b) {
+                                            return a + static_cast<int64_t>(b);
+                                          });
+    const at::Tensor o = at::empty({total}, d.options());
+    visit_typed(*comm_, d.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
+      c.all_to_allv(std::span<const T>(span_of<T>(d)), sc, span_of<T>(o), rc);
+    });
+    unflat(o, outs);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::barrier(const c10d::BarrierOptions&) {
+  return post(c10d::OpType::BARRIER, "barrier", {}, [this] {
+    std::visit([](auto& c) { c.barrier(); }, *comm_);
+  });
+}
+
+// ---- point-to-point ------------------------------------------------------------------------
+
+backend::lane& backend::lane_to(int peer, bool sending) {
+  TORCH_CHECK(peer >= 0 && peer < getSize() && peer != getRank(), "tutti: ",
+              sending ? "send to " : "recv from ", "rank ", peer,
+              ": the peer must be another rank of the group [0, ", getSize(), ")");
+  std::lock_guard lock(lanes_mu_);
+  auto& l = lanes_[{peer, sending}];
+  if (!l) {
+    l = std::make_unique<lane>();
+    const int src = sending ? getRank() : peer;
+    const int dst = sending ? peer : getRank();
+    const bool shm = shm_ || (choice_ == transport_choice::automatic &&
+                              hosts_[static_cast<std::size_t>(src)] ==
+                                  hosts_[static_cast<std::size_t>(dst)]);
+    lane* raw = l.get();
+    // The two-rank world is joined on the lane's own thread, as its first job: the caller
+    // never waits for the peer to post its first message.
+    auto w = c10::make_intrusive<work>(getRank(), c10d::OpType::UNKNOWN, "p2p join",
+                                       std::vector<at::Tensor>{});
+    raw->thread.post(w, [this, raw, src, dst, sending, shm] {
+      raw->comm = join("tutti/p2p/" + std::to_string(src) + "-" + std::to_string(dst),
+                       sending ? 0 : 1, 2, shm);
+    });
+  }
+  return *l;
+}
+
+c10::intrusive_ptr<c10d::Work> backend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+  check_one(tensors, "send");
+  const at::Tensor t = tensors[0].contiguous();
+  lane& l = lane_to(dst, true);
+  auto w = c10::make_intrusive<work>(getRank(), c10d::OpType::SEND, "send", tensors);
+  l.thread.post(w, [&l, t, dst, tag] {
+    TORCH_CHECK(l.comm, "tutti: send to rank ", dst, ": joining the two-rank world failed");
+    visit_typed(*l.comm, t.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
+      c.send(std::span<const T>(span_of<T>(t)), 1, static_cast<std::uint64_t>(tag));
+    });
+  });
+  return w;
+}
+
+c10::intrusive_ptr<c10d::Work> backend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  check_one(tensors, "recv");
+  const at::Tensor t = tensors[0];
+  lane& l = lane_to(src, false);
+  auto w = c10::make_intrusive<work>(getRank(), c10d::OpType::RECV, "recv", tensors);
+  l.thread.post(w, [&l, t, src, tag] {
+    TORCH_CHECK(l.comm, "tutti: recv from rank ", src, ": joining the two-rank world failed");
+    const at::Tensor d = dense(t);
+    visit_typed(*l.comm, d.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
+      c.recv(span_of<T>(d), 0, static_cast<std::uint64_t>(tag));
+    });
+    copy_back(t, d);
+  });
+  return w;
+}
+
+c10::intrusive_ptr<c10d::Work> backend::recvAnysource(std::vector<at::Tensor>&, int) {
+  TORCH_CHECK(false,
+              "tutti: recv without a source (recv from any rank) is not supported yet; pass src");
+}
+
+}  // namespace tutti_torch

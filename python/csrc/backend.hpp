@@ -1,0 +1,123 @@
+#pragma once
+/// \file
+/// tutti_torch::backend: a c10d::Backend (what `dist.init_process_group("tutti")` creates for
+/// CPU tensors) running every operation over a tutti communicator: tutti::shm when every rank
+/// of the group is on one host, tutti::gloo otherwise (TUTTI_TORCH_TRANSPORT=shm|gloo forces
+/// one). Collectives run in call order on one thread per group; point-to-point messages run on
+/// a thread per peer and direction, each over its own two-rank world, so sends never wait
+/// behind receives (a pair exchanging with isend/irecv in any order cannot deadlock).
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <tutti/communicator.hpp>
+#include <tutti/transport/gloo.hpp>
+#include <tutti/transport/shm.hpp>
+
+#include "runner.hpp"
+
+namespace tutti_torch {
+
+using shm_comm = tutti::communicator<tutti::shm>;
+using gloo_comm = tutti::communicator<tutti::gloo>;
+using any_comm = std::variant<shm_comm, gloo_comm>;
+
+/// Which transport a group runs over (TUTTI_TORCH_TRANSPORT).
+enum class transport_choice { automatic, shm, gloo };
+
+class backend final : public c10d::Backend {
+ public:
+  backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+          std::chrono::milliseconds timeout);
+  ~backend() override;
+
+  const std::string getBackendName() const override { return "tutti"; }
+  /// "shm" or "gloo": what this group's collectives run over.
+  [[nodiscard]] std::string transport_name() const;
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int tag) override;
+  uint64_t getSequenceNumberForGroup() override { return seq_; }
+
+ private:
+  /// Messages one way between this rank and one peer: their own thread and two-rank world
+  /// (sender rank 0, receiver rank 1), joined on the thread when the first message is posted.
+  struct lane {
+    std::unique_ptr<any_comm> comm;
+    runner thread;  // last: joined (finishing its jobs) before comm goes
+  };
+
+  c10::intrusive_ptr<work> post(c10d::OpType type, const char* title,
+                                std::vector<at::Tensor> outputs, std::function<void()> fn);
+  [[nodiscard]] std::unique_ptr<any_comm> join(const std::string& key, int rank, int size,
+                                               bool shm) const;
+  lane& lane_to(int peer, bool sending);
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::shared_ptr<tutti::bootstrap::store> tstore_;
+  tutti::options opts_;
+  transport_choice choice_;
+  std::vector<std::string> hosts_;  // each rank's host_identity()
+  bool shm_ = false;                // the group's collectives run over tutti::shm
+  std::unique_ptr<any_comm> comm_;
+  uint64_t seq_ = 0;
+  std::mutex lanes_mu_;
+  std::map<std::pair<int, bool>, std::unique_ptr<lane>> lanes_;
+  std::unique_ptr<runner> collectives_;  // last: joined first, while the rest still lives
+};
+
+}  // namespace tutti_torch

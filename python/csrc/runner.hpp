@@ -1,0 +1,141 @@
+#pragma once
+/// \file
+/// torch's Work for tutti's calls, and the thread that runs them in order.
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+#include <ATen/core/jit_type.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <tutti/core/error.hpp>
+
+namespace tutti_torch {
+
+/// One call: wait(timeout), isCompleted, and a future holding the call's output tensors (what
+/// DDP's communication hooks chain on).
+class work final : public c10d::Work {
+ public:
+  work(int rank, c10d::OpType type, std::string title, std::vector<at::Tensor> outputs)
+      : c10d::Work(rank, type),
+        title_(std::move(title)),
+        outputs_(std::move(outputs)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()))) {}
+
+  /// Marks the call finished (with its error, if any) and completes the future.
+  void complete(std::exception_ptr error) {
+    finish(error);
+    if (error)
+      future_->setError(error);
+    else
+      future_->markCompleted(c10::IValue(outputs_));
+  }
+
+  bool wait(std::chrono::milliseconds timeout) override {
+    std::unique_lock lock(mutex_);
+    if (timeout.count() <= 0) {  // torch's kNoTimeout: wait until done
+      cv_.wait(lock, [this] { return completed_; });
+    } else if (!cv_.wait_for(lock, timeout, [this] { return completed_; })) {
+      C10_THROW_ERROR(DistBackendError, "tutti: " + title_ + " did not finish within " +
+                                            std::to_string(timeout.count()) +
+                                            " ms (Work.wait's timeout; the call goes on)");
+    }
+    if (exception_) std::rethrow_exception(exception_);
+    return true;
+  }
+
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  std::string title_;
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+/// An exception_ptr to a c10::DistBackendError (torch.distributed.DistBackendError in Python)
+/// carrying `what`.
+[[nodiscard]] inline std::exception_ptr backend_error(const std::string& what) {
+  try {
+    C10_THROW_ERROR(DistBackendError, what);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+/// A thread that runs posted jobs one after another and completes each job's work with the
+/// job's outcome. tutti's errors reach Python as DistBackendError with tutti's message.
+class runner {
+ public:
+  runner() : thread_([this] { loop(); }) {}
+  runner(const runner&) = delete;
+  runner& operator=(const runner&) = delete;
+
+  /// Runs what was posted, then stops. Each job is bounded by its communicator's deadline, and
+  /// a communicator that failed fails its later calls at once.
+  ~runner() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  void post(c10::intrusive_ptr<work> w, std::function<void()> fn) {
+    {
+      std::lock_guard lock(mu_);
+      jobs_.push_back({std::move(w), std::move(fn)});
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  struct job {
+    c10::intrusive_ptr<work> w;
+    std::function<void()> fn;
+  };
+
+  void loop() {
+    for (;;) {
+      job j;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;
+        j = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      std::exception_ptr error;
+      try {
+        j.fn();
+      } catch (const c10::Error&) {
+        error = std::current_exception();
+      } catch (const std::exception& e) {
+        error = backend_error(e.what());
+      } catch (...) {
+        error = backend_error("tutti: unknown exception");
+      }
+      j.fn = nullptr;  // drop the tensors it holds before waking the waiter
+      j.w->complete(error);
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<job> jobs_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts once the rest exists
+};
+
+}  // namespace tutti_torch

@@ -1,0 +1,112 @@
+#pragma once
+/// \file
+/// The store torch hands a backend (a c10d::Store: TCPStore, FileStore or HashStore behind the
+/// group's PrefixStore) as the tutti::bootstrap::store the transports meet through, and what the
+/// ranks of a group tell each other through it before any transport exists: which host each
+/// runs on.
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <tutti/bootstrap/store.hpp>
+#include <tutti/core/error.hpp>
+
+namespace tutti_torch {
+
+/// tutti's store interface over torch's. torch's stores are safe to call from several threads
+/// (the transports' liveness threads use the store beside the ranks' own calls).
+class c10d_store final : public tutti::bootstrap::store {
+ public:
+  explicit c10d_store(c10::intrusive_ptr<c10d::Store> s) : s_(std::move(s)) {}
+
+  void set(std::string_view key, std::span<const std::byte> value) override {
+    const auto* p = reinterpret_cast<const std::uint8_t*>(value.data());
+    guarded("set", key, [&] { s_->set(std::string(key), std::vector<std::uint8_t>(p, p + value.size())); });
+  }
+
+  [[nodiscard]] std::vector<std::byte> get(std::string_view key,
+                                           std::chrono::milliseconds timeout) override {
+    std::vector<std::byte> out;
+    guarded("get", key, [&] {
+      const std::string k(key);
+      s_->wait({k}, clamp(timeout));
+      const std::vector<std::uint8_t> v = s_->get(k);
+      const auto* b = reinterpret_cast<const std::byte*>(v.data());
+      out.assign(b, b + v.size());
+    });
+    return out;
+  }
+
+  std::int64_t add(std::string_view key, std::int64_t delta) override {
+    std::int64_t v = 0;
+    guarded("add", key, [&] { v = s_->add(std::string(key), delta); });
+    return v;
+  }
+
+  void wait(std::span<const std::string> keys, std::chrono::milliseconds timeout) override {
+    guarded("wait", keys.empty() ? std::string_view{} : std::string_view(keys.front()),
+            [&] { s_->wait(std::vector<std::string>(keys.begin(), keys.end()), clamp(timeout)); });
+  }
+
+ private:
+  // torch reads a timeout of 0 as "no timeout": a store call of ours that should check once
+  // waits a millisecond instead.
+  static std::chrono::milliseconds clamp(std::chrono::milliseconds t) {
+    return std::max(t, std::chrono::milliseconds(1));
+  }
+
+  // torch's store errors become tutti::error, so the transports report them as they report
+  // their own store's: a passed deadline as errc::timeout, anything else as transport_failure.
+  template <class F>
+  static void guarded(const char* what, std::string_view key, F&& f) {
+    try {
+      f();
+    } catch (const c10::DistStoreError& e) {
+      const std::string msg = e.what_without_backtrace();
+      const bool timed_out = msg.find("imeout") != std::string::npos ||
+                             msg.find("timed out") != std::string::npos;
+      throw tutti::error(timed_out ? tutti::errc::timeout : tutti::errc::transport_failure, "",
+                         0, -1, -1,
+                         std::string("torch store ") + what + " " +
+                             tutti::detail::store_quote(key) + ": " + msg);
+    } catch (const c10::Error& e) {
+      throw tutti::error(tutti::errc::transport_failure, "", 0, -1, -1,
+                         std::string("torch store ") + what + " " +
+                             tutti::detail::store_quote(key) + ": " + e.what_without_backtrace());
+    }
+  }
+
+  c10::intrusive_ptr<c10d::Store> s_;
+};
+
+/// What tells two processes' hosts apart: the host name, the kernel's boot id and the network
+/// namespace. Processes in different network namespaces count as different hosts (they may
+/// not share an address to meet at), so `tutti::gloo` serves them; on one host they share
+/// /dev/shm and `tutti::shm` serves them.
+[[nodiscard]] inline std::string host_identity() {
+  std::string id;
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) == 0) id += name;
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string b;
+  if (boot >> b) id += "/" + b;
+  struct stat st {};
+  if (::stat("/proc/self/ns/net", &st) == 0)
+    id += "/net:" + std::to_string(static_cast<unsigned long long>(st.st_ino));
+  return id;
+}
+
+}  // namespace tutti_torch

@@ -1,0 +1,317 @@
+"""Every c10d operation torch routes to a CPU backend, through torch.distributed on "tutti",
+against the same call on torch's own "gloo" in the same processes (a gloo group over the same
+ranks): every dtype gloo takes on the CPU, every ReduceOp, exact equality on integer-valued
+inputs. Where gloo refuses a call, tutti must refuse it too or give the exact reference result.
+
+    python tests/torch/test_collectives.py        # world sizes 1-4 (TUTTI_TORCH_SIZES=2,3)
+"""
+
+import functools
+import os
+import operator
+import warnings
+
+import torch
+import torch.distributed as dist
+
+import harness
+import tutti_torch
+
+warnings.filterwarnings("ignore")
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16,
+          torch.int32, torch.int64, torch.uint8, torch.bool]
+OPS = ["SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"]
+LENGTHS = [1, 37, 70_000]  # one element, an odd count, several chunks of every schedule
+
+
+def values(dtype, n, rank, salt=0):
+    """Integer-valued data in 1..3 (bool: alternating), different on every rank."""
+    i = torch.arange(n, dtype=torch.int64) + rank + salt
+    if dtype == torch.bool:
+        return (i % 2) == 0
+    return (i % 3 + 1).to(dtype)
+
+
+def reference(op, inputs, size):
+    """What op over every rank's input gives, computed here (float64 / int64 / bool)."""
+    dtype = inputs[0].dtype
+    if op == "AVG" and dtype == torch.bool:
+        raise ValueError("AVG is not defined on bool")
+    if op in ("BAND", "BOR", "BXOR") and dtype.is_floating_point:
+        raise ValueError("bitwise ops are not defined on floating types")
+    wide = [t.to(torch.int64) if not t.is_floating_point() else t.to(torch.float64)
+            for t in inputs]
+    if op == "SUM":
+        r = sum(wide)
+    elif op == "AVG":
+        r = sum(wide) // size if not dtype.is_floating_point else sum(wide) / size
+    elif op == "PRODUCT":
+        r = functools.reduce(operator.mul, wide)
+    elif op == "MIN":
+        r = functools.reduce(torch.minimum, wide)
+    elif op == "MAX":
+        r = functools.reduce(torch.maximum, wide)
+    else:
+        f = {"BAND": operator.and_, "BOR": operator.or_, "BXOR": operator.xor}[op]
+        r = functools.reduce(f, wide)
+    if dtype == torch.bool:
+        return r != 0
+    return r.to(dtype)
+
+
+def outcome(fn):
+    """fn()'s result, or the exception it raised."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001  (compared, not swallowed)
+        return e
+
+
+def same(a, b, what):
+    if isinstance(a, list):
+        harness.check(isinstance(b, list) and len(a) == len(b), f"{what}: lengths differ")
+        for i, (x, y) in enumerate(zip(a, b)):
+            same(x, y, f"{what}[{i}]")
+        return
+    harness.check(a.dtype == b.dtype and a.shape == b.shape,
+                  f"{what}: {a.dtype}{list(a.shape)} vs {b.dtype}{list(b.shape)}")
+    harness.check(torch.equal(a, b), f"{what}: tutti {a.flatten()[:8].tolist()} ... "
+                  f"!= expected {b.flatten()[:8].tolist()} ...")
+
+
+def compare(what, run, gloo, expected):
+    """Runs `run(group)` on tutti (the default group) and on gloo. tutti must return `expected`
+    (computed here), or raise where `expected` is an exception (the op is not defined on the
+    dtype); where gloo takes the call, it must return the same."""
+    t = outcome(lambda: run(None))
+    g = outcome(lambda: run(gloo))
+    if isinstance(expected, Exception):
+        harness.check(isinstance(t, Exception), f"{what}: tutti returned, expected it to raise")
+        return
+    if isinstance(t, Exception):
+        raise AssertionError(f"{what}: tutti raised {t!r}")
+    same(t, expected, what)
+    if not isinstance(g, Exception):
+        same(t, g, what + " (tutti vs gloo)")
+
+
+def reductions(rank, size, gloo):
+    inputs = lambda dt, n: [values(dt, n, r) for r in range(size)]  # noqa: E731
+    for dt in DTYPES:
+        for op in OPS:
+            rop = getattr(dist.ReduceOp, op)
+            for n in LENGTHS:
+                ref = outcome(lambda: reference(op, inputs(dt, n), size))
+
+                def all_reduce(g):
+                    t = values(dt, n, rank)
+                    dist.all_reduce(t, rop, group=g)
+                    return t
+                compare(f"all_reduce {dt} {op} n={n}", all_reduce, gloo, ref)
+
+            n = 37
+            root = size - 1
+            ref = outcome(lambda: reference(op, inputs(dt, n), size))
+
+            def reduce(g):
+                t = values(dt, n, rank)
+                dist.reduce(t, root, rop, group=g)
+                return t if rank == root else torch.zeros(0, dtype=dt)
+            compare(f"reduce {dt} {op}", reduce, gloo,
+                    ref if rank == root or isinstance(ref, Exception) else torch.zeros(0, dtype=dt))
+
+            blocks = [values(dt, 5 * size, r) for r in range(size)]
+            ref = outcome(lambda: reference(op, blocks, size))
+            mine = ref if isinstance(ref, Exception) else ref[5 * rank:5 * rank + 5]
+
+            def reduce_scatter_tensor(g):
+                out = torch.zeros(5, dtype=dt)
+                dist.reduce_scatter_tensor(out, values(dt, 5 * size, rank), rop, group=g)
+                return out
+            compare(f"reduce_scatter_tensor {dt} {op}", reduce_scatter_tensor, gloo, mine)
+
+            def reduce_scatter(g):
+                out = torch.zeros(5, dtype=dt)
+                dist.reduce_scatter(out, list(values(dt, 5 * size, rank).chunk(size)), rop,
+                                    group=g)
+                return out
+            compare(f"reduce_scatter {dt} {op}", reduce_scatter, gloo, mine)
+
+        def coalesced(g):
+            ts = [values(dt, 3, rank), values(dt, 11, rank, 1)]
+            dist.all_reduce_coalesced(ts, dist.ReduceOp.MAX, group=g)
+            return ts
+        compare(f"all_reduce_coalesced {dt}", coalesced, gloo,
+                [reference("MAX", [values(dt, 3, r) for r in range(size)], size),
+                 reference("MAX", [values(dt, 11, r, 1) for r in range(size)], size)])
+
+
+def data_movement(rank, size, gloo):
+    for dt in DTYPES:
+        for root in range(size):
+            def broadcast(g):
+                t = values(dt, 1000, rank, 7)
+                dist.broadcast(t, root, group=g)
+                return t
+            compare(f"broadcast {dt} root {root}", broadcast, gloo, values(dt, 1000, root, 7))
+
+        def all_gather(g):
+            out = [torch.zeros(6, dtype=dt) for _ in range(size)]
+            dist.all_gather(out, values(dt, 6, rank), group=g)
+            return out
+        compare(f"all_gather {dt}", all_gather, gloo, [values(dt, 6, r) for r in range(size)])
+
+        def all_gather_into_tensor(g):
+            out = torch.zeros(size * 6, dtype=dt)
+            dist.all_gather_into_tensor(out, values(dt, 6, rank), group=g)
+            return out
+        compare(f"all_gather_into_tensor {dt}", all_gather_into_tensor, gloo,
+                torch.cat([values(dt, 6, r) for r in range(size)]))
+
+        def all_gather_coalesced(g):
+            out = [[torch.zeros(2, dtype=dt), torch.zeros(3, dtype=dt)] for _ in range(size)]
+            dist.all_gather_coalesced(out, [values(dt, 2, rank), values(dt, 3, rank, 1)],
+                                      group=g)
+            return [t for lst in out for t in lst]
+        compare(f"all_gather_coalesced {dt}", all_gather_coalesced, gloo,
+                [t for r in range(size) for t in (values(dt, 2, r), values(dt, 3, r, 1))])
+
+        root = size // 2
+
+        def gather(g):
+            out = [torch.zeros(4, dtype=dt) for _ in range(size)] if rank == root else None
+            dist.gather(values(dt, 4, rank), out, dst=root, group=g)
+            return out if rank == root else []
+        compare(f"gather {dt}", gather, gloo,
+                [values(dt, 4, r) for r in range(size)] if rank == root else [])
+
+        def scatter(g):
+            out = torch.zeros(4, dtype=dt)
+            ins = [values(dt, 4, r, 2) for r in range(size)] if rank == root else None
+            dist.scatter(out, ins, src=root, group=g)
+            return out
+        compare(f"scatter {dt}", scatter, gloo, values(dt, 4, rank, 2))
+
+        def all_to_all(g):
+            # rank r sends r + j + 1 elements to rank j: every block a different size
+            ins = [values(dt, rank + j + 1, rank, j) for j in range(size)]
+            outs = [torch.zeros(j + rank + 1, dtype=dt) for j in range(size)]
+            dist.all_to_all(outs, ins, group=g)
+            return outs
+        compare(f"all_to_all {dt}", all_to_all, gloo,
+                [values(dt, j + rank + 1, j, rank) for j in range(size)])
+
+        def all_to_all_single(g):
+            out = torch.zeros(size * 3, 2, dtype=dt)
+            dist.all_to_all_single(out, values(dt, size * 6, rank).view(size * 3, 2), group=g)
+            return out
+        compare(f"all_to_all_single {dt}", all_to_all_single, gloo,
+                torch.cat([values(dt, size * 6, j).view(size * 3, 2)[3 * rank:3 * rank + 3]
+                           for j in range(size)]))
+
+        def all_to_all_single_splits(g):
+            send = [rank + j + 1 for j in range(size)]  # rows to rank j
+            recv = [j + rank + 1 for j in range(size)]  # rows from rank j
+            out = torch.zeros(sum(recv), 2, dtype=dt)
+            dist.all_to_all_single(out, values(dt, 2 * sum(send), rank).view(-1, 2), recv, send,
+                                   group=g)
+            return out
+        compare(f"all_to_all_single with splits {dt}", all_to_all_single_splits, gloo,
+                torch.cat([values(dt, 2 * sum(j + k + 1 for k in range(size)), j).view(-1, 2)[
+                    sum(j + k + 1 for k in range(rank)):][:j + rank + 1] for j in range(size)]))
+
+    dist.barrier()
+    dist.barrier(group=gloo)
+
+
+def point_to_point(rank, size, gloo):
+    if size == 1:
+        return
+    right, left = (rank + 1) % size, (rank - 1) % size
+    for dt in DTYPES:
+        for g in (None, gloo):
+            # Blocking ring, even ranks send first (odd ranks receive first).
+            got = torch.zeros(9, dtype=dt)
+            if rank % 2 == 0:
+                dist.send(values(dt, 9, rank), right, group=g, tag=3)
+                dist.recv(got, left, group=g, tag=3)
+            else:
+                dist.recv(got, left, group=g, tag=3)
+                dist.send(values(dt, 9, rank), right, group=g, tag=3)
+            same(got, values(dt, 9, left), f"send/recv ring {dt}")
+
+            # Every rank posts its receive first, then its send: must not deadlock.
+            a, b = torch.zeros(100_000, dtype=dt), torch.zeros(5, dtype=dt)
+            reqs = [dist.irecv(a, left, group=g, tag=1), dist.irecv(b, right, group=g, tag=2),
+                    dist.isend(values(dt, 100_000, rank), right, group=g, tag=1),
+                    dist.isend(values(dt, 5, rank, 1), left, group=g, tag=2)]
+            for r in reversed(reqs):
+                r.wait()
+            same(a, values(dt, 100_000, left), f"isend/irecv {dt}")
+            same(b, values(dt, 5, right, 1), f"isend/irecv {dt} other way")
+
+            # batch_isend_irecv both ways round the ring.
+            x, y = torch.zeros(17, dtype=dt), torch.zeros(17, dtype=dt)
+            ops = [dist.P2POp(dist.isend, values(dt, 17, rank), right, group=g),
+                   dist.P2POp(dist.isend, values(dt, 17, rank, 1), left, group=g),
+                   dist.P2POp(dist.irecv, x, left, group=g),
+                   dist.P2POp(dist.irecv, y, right, group=g)]
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+            same(x, values(dt, 17, left), f"batch_isend_irecv {dt}")
+            same(y, values(dt, 17, right, 1), f"batch_isend_irecv {dt} other way")
+
+
+def objects(rank, size, gloo):
+    state = {"layer.weight": torch.arange(6.0).view(2, 3) * (rank + 1), "step": rank}
+    for g in (None, gloo):
+        lst = [state, "two", 3] if rank == 0 else [None, None, None]
+        dist.broadcast_object_list(lst, 0, group=g)
+        harness.check(lst[1:] == ["two", 3] and lst[0]["step"] == 0 and
+                      torch.equal(lst[0]["layer.weight"], torch.arange(6.0).view(2, 3)),
+                      "broadcast_object_list")
+        out = [None] * size
+        dist.all_gather_object(out, {"rank": rank, "name": "r" * (rank + 1)}, group=g)
+        harness.check(out == [{"rank": r, "name": "r" * (r + 1)} for r in range(size)],
+                      f"all_gather_object: {out}")
+        got = [None] * size if rank == 0 else None
+        dist.gather_object(("x", rank), got, dst=0, group=g)
+        harness.check(rank != 0 or got == [("x", r) for r in range(size)], "gather_object")
+        mine = [None]
+        dist.scatter_object_list(mine, [{"to": r} for r in range(size)] if rank == 0 else None,
+                                 src=0, group=g)
+        harness.check(mine == [{"to": rank}], f"scatter_object_list: {mine}")
+
+
+def groups(rank, size, gloo):
+    """new_group and new_subgroups: each group its own tutti world over its prefixed store."""
+    evens = dist.new_group([r for r in range(size) if r % 2 == 0], backend="tutti")
+    odds = dist.new_group([r for r in range(size) if r % 2 == 1], backend="tutti") if size > 1 \
+        else None
+    mine = evens if rank % 2 == 0 else odds
+    t = torch.tensor([rank + 1], dtype=torch.int64)
+    dist.all_reduce(t, group=mine)
+    harness.check(t.item() == sum(r + 1 for r in range(size) if r % 2 == rank % 2),
+                  f"all_reduce on new_group: {t.item()}")
+    sub, _ = dist.new_subgroups(group_size=1 if size % 2 else min(2, size), backend="tutti")
+    u = torch.tensor([rank], dtype=torch.int64)
+    dist.all_reduce(u, group=sub)
+    step = 1 if size % 2 else min(2, size)
+    harness.check(u.item() == sum(range(rank - rank % step, rank - rank % step + step)),
+                  f"all_reduce on new_subgroups: {u.item()}")
+    want = os.environ.get("TUTTI_TORCH_TRANSPORT", "auto")
+    harness.check(tutti_torch.transport() == ("shm" if want == "auto" else want),
+                  f"one host: the world runs over shm unless told ({tutti_torch.transport()})")
+
+
+def run_all(rank, size, init):
+    dist.init_process_group("tutti", init_method=init, rank=rank, world_size=size)
+    gloo = dist.new_group(backend="gloo")
+    for part in (reductions, data_movement, point_to_point, objects, groups):
+        part(rank, size, gloo)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    harness.main([run_all], sizes=[1, 2, 3, 4])
