@@ -1,0 +1,127 @@
+"""Faults through torch.distributed on "tutti": a rank killed mid-training makes the others
+raise (naming it) instead of hanging until the process group's timeout; mismatched calls raise
+on every rank, naming both sides.
+
+    python tests/torch/test_faults.py
+"""
+
+import os
+import signal
+import sys
+import time
+import traceback
+import warnings
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import harness
+import tutti_torch  # noqa: F401  (registers "tutti")
+
+warnings.filterwarnings("ignore")
+
+# The process group's timeout: far longer than the test may take, so only tutti's own
+# detection of the dead rank can end the survivors' wait in time.
+PG_TIMEOUT_S = 900
+VICTIM_STEP = 3
+
+
+def killed_mid_training(rank, size, init, q):
+    import datetime
+    dist.init_process_group("tutti", init_method=init, rank=rank, world_size=size,
+                            timeout=datetime.timedelta(seconds=PG_TIMEOUT_S))
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
+                                    torch.nn.Linear(256, 8)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    victim = size - 1
+    try:
+        for step in range(10_000):
+            if rank == victim and step == VICTIM_STEP:
+                os.kill(os.getpid(), signal.SIGKILL)
+            opt.zero_grad()
+            model(torch.randn(32, 64)).sum().backward()
+            opt.step()
+        q.put((rank, "finished without an error"))
+    except Exception as e:  # noqa: BLE001  (reported to the parent)
+        q.put((rank, f"raised {type(e).__name__}: {e}", time.monotonic()))
+    os._exit(0)
+
+
+def test_killed_rank(size):
+    ctx = mp.get_context("spawn")
+    q = ctx.SimpleQueue()
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        init = "file://" + os.path.join(d, "init")
+        procs = [ctx.Process(target=killed_mid_training, args=(r, size, init, q))
+                 for r in range(size)]
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + harness.HANG_LIMIT_S
+        victim = size - 1
+        procs[victim].join(timeout=harness.HANG_LIMIT_S)
+        died = time.monotonic()
+        for p in procs:
+            p.join(timeout=max(1.0, deadline - time.monotonic()))
+        hung = [r for r, p in enumerate(procs) if p.is_alive()]
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        harness.check(not hung, f"ranks {hung} still waiting {harness.HANG_LIMIT_S:.0f} s "
+                      "after a rank died")
+        harness.check(procs[victim].exitcode == -signal.SIGKILL, "the victim did not die")
+        reports = {}
+        while not q.empty():
+            item = q.get()
+            reports[item[0]] = item
+        for r in range(size - 1):
+            harness.check(r in reports, f"rank {r} reported nothing")
+            msg = reports[r][1]
+            harness.check(msg.startswith("raised DistBackendError") and
+                          f"rank {victim}" in msg,
+                          f"rank {r}: expected a DistBackendError naming rank {victim}: {msg}")
+            print(f"     rank {r} raised {reports[r][2] - died:+.2f} s after rank {victim} "
+                  f"died: {msg.splitlines()[0][:200]}", flush=True)
+
+
+def mismatched(rank, size, init):
+    dist.init_process_group("tutti", init_method=init, rank=rank, world_size=size)
+    # rank 0 reduces 4 floats, the others 5: every rank raises, naming both sides
+    t = torch.ones(4 if rank == 0 else 5)
+    try:
+        dist.all_reduce(t)
+    except dist.DistBackendError as e:
+        msg = str(e)
+        harness.check("mismatch" in msg, f"rank {rank}: not a mismatch error: {msg}")
+        print(f"     rank {rank}: {msg.splitlines()[0][:240]}", flush=True)
+    else:
+        raise AssertionError(f"rank {rank}: a mismatched all_reduce returned")
+    # a dtype that differs: a new group (the old one is broken by design after an error)
+    g = dist.new_group(backend="tutti")
+    u = torch.ones(4, dtype=torch.float32 if rank == 0 else torch.float64)
+    try:
+        dist.broadcast(u, 0, group=g)
+    except dist.DistBackendError as e:
+        harness.check("mismatch" in str(e), f"rank {rank}: not a mismatch error: {e}")
+    else:
+        raise AssertionError(f"rank {rank}: a broadcast with mismatched dtypes returned")
+    os._exit(0)  # the broken groups' destructors have nothing left to say
+
+
+if __name__ == "__main__":
+    try:
+        for size in (2, 3):
+            start = time.monotonic()
+            test_killed_rank(size)
+            print(f"ok   killed rank at {size} ranks ({time.monotonic() - start:.1f} s)",
+                  flush=True)
+            start = time.monotonic()
+            harness.spawn(mismatched, size)
+            print(f"ok   mismatched calls at {size} ranks ({time.monotonic() - start:.1f} s)",
+                  flush=True)
+    except Exception:
+        traceback.print_exc()
+        sys.exit(1)
