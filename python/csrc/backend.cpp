@@ -1,7 +1,9 @@
 #include "backend.hpp"
 
 #include <cstdlib>
+#include <mutex>
 #include <numeric>
+#include <set>
 #include <string_view>
 
 #include "dispatch.hpp"
@@ -73,6 +75,13 @@ void visit_typed(any_comm& c, at::ScalarType type, F&& f) {
              c);
 }
 
+/// Every live backend, for shutdown_all.
+std::mutex registry_mu;
+std::set<backend*>& registry() {
+  static std::set<backend*> live;
+  return live;
+}
+
 }  // namespace
 
 backend::backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -102,9 +111,28 @@ backend::backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int siz
     C10_THROW_ERROR(DistBackendError, std::string("tutti: joining the group failed: ") + e.what());
   }
   collectives_ = std::make_unique<runner>();
+  std::lock_guard lock(registry_mu);
+  registry().insert(this);
 }
 
-backend::~backend() = default;
+backend::~backend() {
+  {
+    std::lock_guard lock(registry_mu);
+    registry().erase(this);
+  }
+  shutdown();
+}
+
+void backend::shutdown() {
+  collectives_->stop();
+  std::lock_guard lock(lanes_mu_);
+  for (auto& [key, l] : lanes_) l->thread.stop();
+}
+
+void backend::shutdown_all() {
+  std::lock_guard lock(registry_mu);
+  for (backend* b : registry()) b->shutdown();
+}
 
 std::string backend::transport_name() const { return shm_ ? "shm" : "gloo"; }
 

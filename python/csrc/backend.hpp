@@ -93,6 +93,12 @@ class backend final : public c10d::Backend {
                                                int tag) override;
   uint64_t getSequenceNumberForGroup() override { return seq_; }
 
+  /// Finishes the calls already posted and stops the group's threads; later calls raise.
+  /// destroy_process_group calls it, and so does tutti_torch at interpreter exit for every group
+  /// still alive (shutdown_all). Call without the GIL.
+  void shutdown() override;
+  static void shutdown_all();
+
  private:
   /// Messages one way between this rank and one peer: their own thread and two-rank world
   /// (sender rank 0, receiver rank 1), joined on the thread when the first message is posted.

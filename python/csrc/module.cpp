@@ -28,4 +28,6 @@ PYBIND11_MODULE(_C, m) {
   // Joining waits for the other ranks: without the GIL, so other Python threads go on.
   m.def("create_backend", &create, pybind11::call_guard<pybind11::gil_scoped_release>());
   m.def("transport", &transport_of);
+  m.def("shutdown_all", &tutti_torch::backend::shutdown_all,
+        pybind11::call_guard<pybind11::gil_scoped_release>());
 }

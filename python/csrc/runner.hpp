@@ -81,20 +81,25 @@ class runner {
   runner(const runner&) = delete;
   runner& operator=(const runner&) = delete;
 
-  /// Runs what was posted, then stops. Each job is bounded by its communicator's deadline, and
-  /// a communicator that failed fails its later calls at once.
-  ~runner() {
+  ~runner() { stop(); }
+
+  /// Runs what was posted, then stops the thread; later posts raise. Each job is bounded by its
+  /// communicator's deadline, and a communicator that failed fails its later calls at once.
+  /// Idempotent; call it without the GIL.
+  void stop() {
     {
       std::lock_guard lock(mu_);
       stop_ = true;
     }
     cv_.notify_all();
-    thread_.join();
+    std::lock_guard lock(join_mu_);
+    if (thread_.joinable()) thread_.join();
   }
 
   void post(c10::intrusive_ptr<work> w, std::function<void()> fn) {
     {
       std::lock_guard lock(mu_);
+      TORCH_CHECK(!stop_, "tutti: the process group was shut down (destroy_process_group)");
       jobs_.push_back({std::move(w), std::move(fn)});
     }
     cv_.notify_one();
@@ -128,10 +133,16 @@ class runner {
       }
       j.fn = nullptr;  // drop the tensors it holds before waking the waiter
       j.w->complete(error);
+      // The work's tensors may be the last references to Python objects: this thread then
+      // takes the GIL to release them, which must not happen once the interpreter is
+      // finalizing (the thread would be ended inside a destructor). tutti_torch shuts every
+      // backend down at exit (atexit), before finalization starts.
+      j.w.reset();
     }
   }
 
   std::mutex mu_;
+  std::mutex join_mu_;
   std::condition_variable cv_;
   std::deque<job> jobs_;
   bool stop_ = false;

@@ -6,6 +6,8 @@
 ``tutti::gloo``. ``TUTTI_TORCH_TRANSPORT=shm|gloo`` forces one.
 """
 
+import atexit
+
 import torch  # noqa: F401  (loads libtorch before the extension)
 import torch.distributed as dist
 
@@ -20,6 +22,11 @@ def _create(store, rank, size, timeout):
 
 if "TUTTI" not in dist.Backend._plugins:  # importing twice registers once
     dist.Backend.register_backend("tutti", _create, devices=["cpu"])
+
+
+# Before the interpreter finalizes: finish every group's posted calls and stop its threads
+# (a thread releasing the last reference to a tensor needs the GIL, which finalization ends).
+atexit.register(_C.shutdown_all)
 
 
 def transport(group=None):
