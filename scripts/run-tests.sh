@@ -3,9 +3,11 @@
 #
 # Installs missing build dependencies (Debian/Ubuntu, via apt), then for each
 # preset configures, builds and runs ctest with the matching test preset.
-#   TUTTI_PRESETS="release"   run only these presets (default: release asan-ubsan tsan, and
-#                             nccl where the CUDA toolkit and NCCL are installed; its GPU
-#                             tests report "skipped" on machines without a GPU)
+#   TUTTI_PRESETS="release"   run only these presets (default: release asan-ubsan tsan, nccl
+#                             where the CUDA toolkit and NCCL are installed — its GPU tests
+#                             report "skipped" on machines without a GPU —, and torch: the
+#                             torch.distributed backend's tests, scripts/torch-tests.sh, with
+#                             torch from PyPI in build/torch-venv)
 #   TUTTI_FAIL_FAST=1         stop at the first failing preset
 # Exits non-zero if any step of any preset fails.
 set -euo pipefail
@@ -51,6 +53,7 @@ else
   if tutti_cuda_ready; then
     presets+=(nccl)
   fi
+  presets+=(torch)
 fi
 ((${#presets[@]} > 0)) || tutti_die "TUTTI_PRESETS is empty"
 
@@ -64,6 +67,11 @@ tsan_prefix=""
 declare -A build_seconds=()
 run_preset() {
   local preset="$1" prefix=() start=$SECONDS
+  if [[ "$preset" == torch ]]; then  # not a CMake preset: python/ and tests/torch
+    build_seconds[$preset]=0
+    bash scripts/torch-tests.sh
+    return
+  fi
   tutti_configure_build "$preset" || return 1
   build_seconds[$preset]=$((SECONDS - start))
   if [[ "$preset" == tsan* ]]; then

@@ -31,8 +31,8 @@ void copy_back(const at::Tensor& to, const at::Tensor& from) {
 }
 
 void check_cpu(const at::Tensor& t, const char* call) {
-  TORCH_CHECK(t.device().is_cpu(), "tutti: ", call, " takes CPU tensors; got one on ",
-              t.device(), " (register tutti for cpu and nccl for cuda in one group: ",
+  TORCH_CHECK(t.device().is_cpu(), "tutti: ", call, " takes CPU tensors; got one on ", t.device(),
+              " (register tutti for cpu and nccl for cuda in one group: ",
               "init_process_group(\"cpu:tutti,cuda:nccl\"))");
   TORCH_CHECK(t.layout() == at::kStrided, "tutti: ", call, " takes dense tensors");
 }
@@ -71,8 +71,9 @@ void unflat(const at::Tensor& f, const std::vector<at::Tensor>& ts) {
 
 template <class F>
 void visit_typed(any_comm& c, at::ScalarType type, F&& f) {
-  std::visit([&](auto& comm) { with_type(type, [&]<class T>(type_tag<T>) { f(comm, type_tag<T>{}); }); },
-             c);
+  std::visit(
+      [&](auto& comm) { with_type(type, [&]<class T>(type_tag<T>) { f(comm, type_tag<T>{}); }); },
+      c);
 }
 
 /// Every live backend, for shutdown_all.
@@ -152,12 +153,11 @@ std::unique_ptr<any_comm> backend::join(const std::string& key, int rank, int si
   return std::make_unique<any_comm>(std::in_place_type<gloo_comm>, std::move(t), opts_);
 }
 
-c10::intrusive_ptr<work> backend::post(c10d::OpType type, const char* title,
-                                       std::vector<at::Tensor> outputs,
-                                       std::function<void()> fn) {
+c10::intrusive_ptr<work> backend::post(c10d::OpType type, const char* title, bool async,
+                                       std::vector<at::Tensor> outputs, std::function<void()> fn) {
   auto w = c10::make_intrusive<work>(getRank(), type, title, std::move(outputs));
   ++seq_;
-  collectives_->post(w, std::move(fn));
+  collectives_->post(w, std::move(fn), !async);
   return w;
 }
 
@@ -168,11 +168,10 @@ c10::intrusive_ptr<c10d::Work> backend::broadcast(std::vector<at::Tensor>& tenso
   check_one(tensors, "broadcast");
   const at::Tensor t = tensors[0];
   const int root = static_cast<int>(opts.rootRank);
-  return post(c10d::OpType::BROADCAST, "broadcast", tensors, [this, t, root] {
+  return post(c10d::OpType::BROADCAST, "broadcast", opts.asyncOp, tensors, [this, t, root] {
     const at::Tensor d = dense(t);
-    visit_typed(*comm_, t.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
-      c.broadcast(span_of<T>(d), root);
-    });
+    visit_typed(*comm_, t.scalar_type(),
+                [&]<class C, class T>(C& c, type_tag<T>) { c.broadcast(span_of<T>(d), root); });
     copy_back(t, d);
   });
 }
@@ -183,7 +182,7 @@ c10::intrusive_ptr<c10d::Work> backend::allreduce(std::vector<at::Tensor>& tenso
   const at::Tensor t = tensors[0];
   const c10d::ReduceOp op = opts.reduceOp;
   check_op(op, t.scalar_type());
-  return post(c10d::OpType::ALLREDUCE, "all_reduce", tensors, [this, t, op] {
+  return post(c10d::OpType::ALLREDUCE, "all_reduce", opts.asyncOp, tensors, [this, t, op] {
     const at::Tensor d = dense(t);
     visit_typed(*comm_, t.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
       with_op<T>(op, t.scalar_type(), [&](auto o) { c.all_reduce(span_of<T>(d), o); });
@@ -201,7 +200,7 @@ c10::intrusive_ptr<c10d::Work> backend::allreduce_coalesced(
   }
   const c10d::ReduceOp op = opts.reduceOp;
   check_op(op, tensors[0].scalar_type());
-  return post(c10d::OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", tensors,
+  return post(c10d::OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", opts.asyncOp, tensors,
               [this, tensors, op] {
                 const at::Tensor f = flat(tensors);
                 visit_typed(*comm_, f.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
@@ -218,7 +217,7 @@ c10::intrusive_ptr<c10d::Work> backend::reduce(std::vector<at::Tensor>& tensors,
   const c10d::ReduceOp op = opts.reduceOp;
   const int root = static_cast<int>(opts.rootRank);
   check_op(op, t.scalar_type());
-  return post(c10d::OpType::REDUCE, "reduce", tensors, [this, t, op, root] {
+  return post(c10d::OpType::REDUCE, "reduce", opts.asyncOp, tensors, [this, t, op, root] {
     const at::Tensor d = dense(t);
     visit_typed(*comm_, t.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
       with_op<T>(op, t.scalar_type(), [&](auto o) { c.reduce(span_of<T>(d), o, root); });
@@ -229,7 +228,7 @@ c10::intrusive_ptr<c10d::Work> backend::reduce(std::vector<at::Tensor>& tensors,
 
 c10::intrusive_ptr<c10d::Work> backend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                   std::vector<at::Tensor>& inputs,
-                                                  const c10d::AllgatherOptions&) {
+                                                  const c10d::AllgatherOptions& opts) {
   check_one(inputs, "all_gather");
   TORCH_CHECK(outputs.size() == 1, "tutti: all_gather takes one output list");
   const at::Tensor in = inputs[0];
@@ -242,7 +241,7 @@ c10::intrusive_ptr<c10d::Work> backend::allgather(std::vector<std::vector<at::Te
     TORCH_CHECK(o.numel() == in.numel(), "tutti: all_gather: every output tensor needs ",
                 in.numel(), " elements like the input, got ", o.numel());
   }
-  return post(c10d::OpType::ALLGATHER, "all_gather", outs, [this, in, outs] {
+  return post(c10d::OpType::ALLGATHER, "all_gather", opts.asyncOp, outs, [this, in, outs] {
     const at::Tensor d = dense(in);
     const at::Tensor all = at::empty({getSize() * d.numel()}, d.options());
     visit_typed(*comm_, d.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
@@ -253,7 +252,7 @@ c10::intrusive_ptr<c10d::Work> backend::allgather(std::vector<std::vector<at::Te
 }
 
 c10::intrusive_ptr<c10d::Work> backend::_allgather_base(at::Tensor& output, at::Tensor& input,
-                                                        const c10d::AllgatherOptions&) {
+                                                        const c10d::AllgatherOptions& opts) {
   check_cpu(input, "all_gather_into_tensor");
   check_cpu(output, "all_gather_into_tensor");
   check_same(input, output, "all_gather_into_tensor");
@@ -262,19 +261,20 @@ c10::intrusive_ptr<c10d::Work> backend::_allgather_base(at::Tensor& output, at::
               getSize() * input.numel(), " elements, got ", output.numel());
   const at::Tensor in = input;
   const at::Tensor out = output;
-  return post(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {out}, [this, in, out] {
-    const at::Tensor d = dense(in);
-    const at::Tensor o = dense(out);
-    visit_typed(*comm_, d.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
-      c.all_gather(std::span<const T>(span_of<T>(d)), span_of<T>(o));
-    });
-    copy_back(out, o);
-  });
+  return post(c10d::OpType::_ALLGATHER_BASE, "all_gather_into_tensor", opts.asyncOp, {out},
+              [this, in, out] {
+                const at::Tensor d = dense(in);
+                const at::Tensor o = dense(out);
+                visit_typed(*comm_, d.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
+                  c.all_gather(std::span<const T>(span_of<T>(d)), span_of<T>(o));
+                });
+                copy_back(out, o);
+              });
 }
 
 c10::intrusive_ptr<c10d::Work> backend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions&) {
+    const c10d::AllgatherOptions& opts) {
   // outputs[r][i] receives rank r's inputs[i].
   TORCH_CHECK(static_cast<int>(outputs.size()) == getSize(), "tutti: all_gather_coalesced needs ",
               getSize(), " output lists (one per rank), got ", outputs.size());
@@ -293,7 +293,7 @@ c10::intrusive_ptr<c10d::Work> backend::allgather_coalesced(
   const auto ins = inputs;
   std::vector<at::Tensor> results;
   for (const auto& l : outs) results.insert(results.end(), l.begin(), l.end());
-  return post(c10d::OpType::ALLGATHER_COALESCED, "all_gather_coalesced", results,
+  return post(c10d::OpType::ALLGATHER_COALESCED, "all_gather_coalesced", opts.asyncOp, results,
               [this, outs, ins] {
                 for (std::size_t i = 0; i < ins.size(); ++i) {
                   const at::Tensor d = dense(ins[i]);
@@ -311,7 +311,7 @@ c10::intrusive_ptr<c10d::Work> backend::allgather_coalesced(
 
 c10::intrusive_ptr<c10d::Work> backend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions&) {
+    const c10d::AllgatherOptions& opts) {
   TORCH_CHECK(outputs.size() == inputs.size(),
               "tutti: all_gather_into_tensor_coalesced needs one output per input");
   for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -324,16 +324,17 @@ c10::intrusive_ptr<c10d::Work> backend::allgather_into_tensor_coalesced(
   }
   const auto outs = outputs;
   const auto ins = inputs;
-  return post(c10d::OpType::COALESCED, "all_gather_into_tensor_coalesced", outs, [this, outs, ins] {
-    for (std::size_t i = 0; i < ins.size(); ++i) {
-      const at::Tensor d = dense(ins[i]);
-      const at::Tensor o = dense(outs[i]);
-      visit_typed(*comm_, d.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
-        c.all_gather(std::span<const T>(span_of<T>(d)), span_of<T>(o));
-      });
-      copy_back(outs[i], o);
-    }
-  });
+  return post(c10d::OpType::COALESCED, "all_gather_into_tensor_coalesced", opts.asyncOp, outs,
+              [this, outs, ins] {
+                for (std::size_t i = 0; i < ins.size(); ++i) {
+                  const at::Tensor d = dense(ins[i]);
+                  const at::Tensor o = dense(outs[i]);
+                  visit_typed(*comm_, d.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
+                    c.all_gather(std::span<const T>(span_of<T>(d)), span_of<T>(o));
+                  });
+                  copy_back(outs[i], o);
+                }
+              });
 }
 
 c10::intrusive_ptr<c10d::Work> backend::gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -358,10 +359,9 @@ c10::intrusive_ptr<c10d::Work> backend::gather(std::vector<std::vector<at::Tenso
     TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
                 "tutti: gather: only the root passes output tensors");
   }
-  return post(c10d::OpType::GATHER, "gather", outs, [this, in, outs, root] {
+  return post(c10d::OpType::GATHER, "gather", opts.asyncOp, outs, [this, in, outs, root] {
     const at::Tensor d = dense(in);
-    const at::Tensor all =
-        at::empty({getRank() == root ? getSize() * d.numel() : 0}, d.options());
+    const at::Tensor all = at::empty({getRank() == root ? getSize() * d.numel() : 0}, d.options());
     visit_typed(*comm_, d.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
       c.gather(std::span<const T>(span_of<T>(d)), span_of<T>(all), root);
     });
@@ -391,7 +391,7 @@ c10::intrusive_ptr<c10d::Work> backend::scatter(std::vector<at::Tensor>& outputs
     TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
                 "tutti: scatter: only the root passes input tensors");
   }
-  return post(c10d::OpType::SCATTER, "scatter", {out}, [this, out, ins, root] {
+  return post(c10d::OpType::SCATTER, "scatter", opts.asyncOp, {out}, [this, out, ins, root] {
     const at::Tensor all = ins.empty() ? at::empty({0}, out.options()) : flat(ins);
     const at::Tensor o = dense(out);
     visit_typed(*comm_, o.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
@@ -401,9 +401,9 @@ c10::intrusive_ptr<c10d::Work> backend::scatter(std::vector<at::Tensor>& outputs
   });
 }
 
-c10::intrusive_ptr<c10d::Work> backend::reduce_scatter(
-    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
-    const c10d::ReduceScatterOptions& opts) {
+c10::intrusive_ptr<c10d::Work> backend::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                       std::vector<std::vector<at::Tensor>>& inputs,
+                                                       const c10d::ReduceScatterOptions& opts) {
   check_one(outputs, "reduce_scatter");
   TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
               "tutti: reduce_scatter needs one list of ", getSize(), " input tensors");
@@ -416,16 +416,17 @@ c10::intrusive_ptr<c10d::Work> backend::reduce_scatter(
   }
   const c10d::ReduceOp op = opts.reduceOp;
   check_op(op, out.scalar_type());
-  return post(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", {out}, [this, out, ins, op] {
-    const at::Tensor all = flat(ins);
-    const at::Tensor o = dense(out);
-    visit_typed(*comm_, o.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
-      with_op<T>(op, o.scalar_type(), [&](auto r) {
-        c.reduce_scatter(std::span<const T>(span_of<T>(all)), span_of<T>(o), r);
-      });
-    });
-    copy_back(out, o);
-  });
+  return post(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", opts.asyncOp, {out},
+              [this, out, ins, op] {
+                const at::Tensor all = flat(ins);
+                const at::Tensor o = dense(out);
+                visit_typed(*comm_, o.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
+                  with_op<T>(op, o.scalar_type(), [&](auto r) {
+                    c.reduce_scatter(std::span<const T>(span_of<T>(all)), span_of<T>(o), r);
+                  });
+                });
+                copy_back(out, o);
+              });
 }
 
 c10::intrusive_ptr<c10d::Work> backend::_reduce_scatter_base(
@@ -440,7 +441,7 @@ c10::intrusive_ptr<c10d::Work> backend::_reduce_scatter_base(
   check_op(op, output.scalar_type());
   const at::Tensor in = input;
   const at::Tensor out = output;
-  return post(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {out},
+  return post(c10d::OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", opts.asyncOp, {out},
               [this, in, out, op] {
                 const at::Tensor d = dense(in);
                 const at::Tensor o = dense(out);
@@ -470,7 +471,7 @@ c10::intrusive_ptr<c10d::Work> backend::reduce_scatter_tensor_coalesced(
   const c10d::ReduceOp op = opts.reduceOp;
   const auto outs = outputs;
   const auto ins = inputs;
-  return post(c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", outs,
+  return post(c10d::OpType::COALESCED, "reduce_scatter_tensor_coalesced", opts.asyncOp, outs,
               [this, outs, ins, op] {
                 for (std::size_t i = 0; i < ins.size(); ++i) {
                   const at::Tensor d = dense(ins[i]);
@@ -488,7 +489,7 @@ c10::intrusive_ptr<c10d::Work> backend::reduce_scatter_tensor_coalesced(
 c10::intrusive_ptr<c10d::Work> backend::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                       std::vector<int64_t>& output_splits,
                                                       std::vector<int64_t>& input_splits,
-                                                      const c10d::AllToAllOptions&) {
+                                                      const c10d::AllToAllOptions& opts) {
   check_cpu(input, "all_to_all_single");
   check_cpu(output, "all_to_all_single");
   check_same(input, output, "all_to_all_single");
@@ -513,8 +514,8 @@ c10::intrusive_ptr<c10d::Work> backend::alltoall_base(at::Tensor& output, at::Te
         c[static_cast<std::size_t>(j)] =
             static_cast<std::size_t>(splits[static_cast<std::size_t>(j)] * row);
       }
-      TORCH_CHECK(total == rows, "tutti: all_to_all_single: the ", which,
-                  " split sizes add up to ", total, " rows, the tensor has ", rows);
+      TORCH_CHECK(total == rows, "tutti: all_to_all_single: the ", which, " split sizes add up to ",
+                  total, " rows, the tensor has ", rows);
     }
     return c;
   };
@@ -522,19 +523,20 @@ c10::intrusive_ptr<c10d::Work> backend::alltoall_base(at::Tensor& output, at::Te
   const auto rc = counts(output, output_splits, "output");
   const at::Tensor in = input;
   const at::Tensor out = output;
-  return post(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", {out}, [this, in, out, sc, rc] {
-    const at::Tensor d = dense(in);
-    const at::Tensor o = dense(out);
-    visit_typed(*comm_, d.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
-      c.all_to_allv(std::span<const T>(span_of<T>(d)), sc, span_of<T>(o), rc);
-    });
-    copy_back(out, o);
-  });
+  return post(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", opts.asyncOp, {out},
+              [this, in, out, sc, rc] {
+                const at::Tensor d = dense(in);
+                const at::Tensor o = dense(out);
+                visit_typed(*comm_, d.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
+                  c.all_to_allv(std::span<const T>(span_of<T>(d)), sc, span_of<T>(o), rc);
+                });
+                copy_back(out, o);
+              });
 }
 
 c10::intrusive_ptr<c10d::Work> backend::alltoall(std::vector<at::Tensor>& outputs,
                                                  std::vector<at::Tensor>& inputs,
-                                                 const c10d::AllToAllOptions&) {
+                                                 const c10d::AllToAllOptions& opts) {
   const int p = getSize();
   TORCH_CHECK(static_cast<int>(outputs.size()) == p && static_cast<int>(inputs.size()) == p,
               "tutti: all_to_all needs ", p, " input and ", p, " output tensors");
@@ -549,12 +551,11 @@ c10::intrusive_ptr<c10d::Work> backend::alltoall(std::vector<at::Tensor>& output
   }
   const auto outs = outputs;
   const auto ins = inputs;
-  return post(c10d::OpType::ALLTOALL, "all_to_all", outs, [this, outs, ins, sc, rc] {
+  return post(c10d::OpType::ALLTOALL, "all_to_all", opts.asyncOp, outs, [this, outs, ins, sc, rc] {
     const at::Tensor d = flat(ins);
-    const int64_t total = std::accumulate(rc.begin(), rc.end(), int64_t{0},
-                                          [](int64_t a, std::size_t b) {
-                                            return a + static_cast<int64_t>(b);
-                                          });
+    const int64_t total =
+        std::accumulate(rc.begin(), rc.end(), int64_t{0},
+                        [](int64_t a, std::size_t b) { return a + static_cast<int64_t>(b); });
     const at::Tensor o = at::empty({total}, d.options());
     visit_typed(*comm_, d.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
       c.all_to_allv(std::span<const T>(span_of<T>(d)), sc, span_of<T>(o), rc);
@@ -563,17 +564,16 @@ c10::intrusive_ptr<c10d::Work> backend::alltoall(std::vector<at::Tensor>& output
   });
 }
 
-c10::intrusive_ptr<c10d::Work> backend::barrier(const c10d::BarrierOptions&) {
-  return post(c10d::OpType::BARRIER, "barrier", {}, [this] {
-    std::visit([](auto& c) { c.barrier(); }, *comm_);
-  });
+c10::intrusive_ptr<c10d::Work> backend::barrier(const c10d::BarrierOptions& opts) {
+  return post(c10d::OpType::BARRIER, "barrier", opts.asyncOp, {},
+              [this] { std::visit([](auto& c) { c.barrier(); }, *comm_); });
 }
 
 // ---- point-to-point ------------------------------------------------------------------------
 
 backend::lane& backend::lane_to(int peer, bool sending) {
-  TORCH_CHECK(peer >= 0 && peer < getSize() && peer != getRank(), "tutti: ",
-              sending ? "send to " : "recv from ", "rank ", peer,
+  TORCH_CHECK(peer >= 0 && peer < getSize() && peer != getRank(),
+              "tutti: ", sending ? "send to " : "recv from ", "rank ", peer,
               ": the peer must be another rank of the group [0, ", getSize(), ")");
   std::lock_guard lock(lanes_mu_);
   auto& l = lanes_[{peer, sending}];
@@ -581,9 +581,9 @@ backend::lane& backend::lane_to(int peer, bool sending) {
     l = std::make_unique<lane>();
     const int src = sending ? getRank() : peer;
     const int dst = sending ? peer : getRank();
-    const bool shm = shm_ || (choice_ == transport_choice::automatic &&
-                              hosts_[static_cast<std::size_t>(src)] ==
-                                  hosts_[static_cast<std::size_t>(dst)]);
+    const bool shm =
+        shm_ || (choice_ == transport_choice::automatic &&
+                 hosts_[static_cast<std::size_t>(src)] == hosts_[static_cast<std::size_t>(dst)]);
     lane* raw = l.get();
     // The two-rank world is joined on the lane's own thread, as its first job: the caller
     // never waits for the peer to post its first message.

@@ -19,6 +19,7 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+
 #include <tutti/communicator.hpp>
 #include <tutti/transport/gloo.hpp>
 #include <tutti/transport/shm.hpp>
@@ -57,9 +58,9 @@ class backend final : public c10d::Backend {
                                            const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
-      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts) override;
@@ -85,12 +86,9 @@ class backend final : public c10d::Backend {
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
-                                      int tag) override;
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
-                                      int tag) override;
-  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
-                                               int tag) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   uint64_t getSequenceNumberForGroup() override { return seq_; }
 
   /// Finishes the calls already posted and stops the group's threads; later calls raise.
@@ -107,7 +105,9 @@ class backend final : public c10d::Backend {
     runner thread;  // last: joined (finishing its jobs) before comm goes
   };
 
-  c10::intrusive_ptr<work> post(c10d::OpType type, const char* title,
+  /// Runs fn in order with the group's other calls: on the caller's thread when the call is
+  /// blocking (`async` false) and nothing is queued, else on the group's thread.
+  c10::intrusive_ptr<work> post(c10d::OpType type, const char* title, bool async,
                                 std::vector<at::Tensor> outputs, std::function<void()> fn);
   [[nodiscard]] std::unique_ptr<any_comm> join(const std::string& key, int rank, int size,
                                                bool shm) const;

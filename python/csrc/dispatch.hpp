@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
+
 #include <tutti/core/bfloat16.hpp>
 #include <tutti/core/half.hpp>
 #include <tutti/core/ops.hpp>
@@ -87,8 +88,7 @@ void with_op(const c10d::ReduceOp& op, at::ScalarType dtype, F&& f) {
     if constexpr (tutti::detail::op_accepts<Op::kind, T>())
       f(o);
     else
-      TORCH_CHECK(false, "tutti: ReduceOp.", op_name(op), " is not defined on ", dtype,
-                  " tensors");
+      TORCH_CHECK(false, "tutti: ReduceOp.", op_name(op), " is not defined on ", dtype, " tensors");
   };
   if constexpr (std::is_same_v<T, bool>) {
     if (op.op_ == c10d::ReduceOp::SUM) return go(tutti::bor);

@@ -17,6 +17,7 @@
 #include <ATen/core/jit_type.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+
 #include <tutti/core/error.hpp>
 
 namespace tutti_torch {
@@ -96,11 +97,24 @@ class runner {
     if (thread_.joinable()) thread_.join();
   }
 
-  void post(c10::intrusive_ptr<work> w, std::function<void()> fn) {
+  /// Queues fn for the thread; or, when `here` and nothing is queued or running, runs it on the
+  /// calling thread (a blocking call, which torch waits for at once: no hand-over to another
+  /// thread and back). Either way calls run one at a time, in the order they came.
+  void post(c10::intrusive_ptr<work> w, std::function<void()> fn, bool here = false) {
     {
       std::lock_guard lock(mu_);
       TORCH_CHECK(!stop_, "tutti: the process group was shut down (destroy_process_group)");
-      jobs_.push_back({std::move(w), std::move(fn)});
+      if (!here || busy_ || !jobs_.empty()) {
+        jobs_.push_back({std::move(w), std::move(fn)});
+        cv_.notify_one();
+        return;
+      }
+      busy_ = true;
+    }
+    execute(job{std::move(w), std::move(fn)});
+    {
+      std::lock_guard lock(mu_);
+      busy_ = false;
     }
     cv_.notify_one();
   }
@@ -116,29 +130,36 @@ class runner {
       job j;
       {
         std::unique_lock lock(mu_);
-        cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+        cv_.wait(lock, [this] { return !busy_ && (stop_ || !jobs_.empty()); });
         if (jobs_.empty()) return;
         j = std::move(jobs_.front());
         jobs_.pop_front();
+        busy_ = true;
       }
-      std::exception_ptr error;
-      try {
-        j.fn();
-      } catch (const c10::Error&) {
-        error = std::current_exception();
-      } catch (const std::exception& e) {
-        error = backend_error(e.what());
-      } catch (...) {
-        error = backend_error("tutti: unknown exception");
-      }
-      j.fn = nullptr;  // drop the tensors it holds before waking the waiter
-      j.w->complete(error);
-      // The work's tensors may be the last references to Python objects: this thread then
-      // takes the GIL to release them, which must not happen once the interpreter is
-      // finalizing (the thread would be ended inside a destructor). tutti_torch shuts every
-      // backend down at exit (atexit), before finalization starts.
-      j.w.reset();
+      execute(std::move(j));
+      std::lock_guard lock(mu_);
+      busy_ = false;
     }
+  }
+
+  static void execute(job j) {
+    std::exception_ptr error;
+    try {
+      j.fn();
+    } catch (const c10::Error&) {
+      error = std::current_exception();
+    } catch (const std::exception& e) {
+      error = backend_error(e.what());
+    } catch (...) {
+      error = backend_error("tutti: unknown exception");
+    }
+    j.fn = nullptr;  // drop the tensors it holds before waking the waiter
+    j.w->complete(error);
+    // The work's tensors may be the last references to Python objects: this thread then
+    // takes the GIL to release them, which must not happen once the interpreter is
+    // finalizing (the thread would be ended inside a destructor). tutti_torch shuts every
+    // backend down at exit (atexit), before finalization starts.
+    j.w.reset();
   }
 
   std::mutex mu_;
@@ -146,6 +167,7 @@ class runner {
   std::condition_variable cv_;
   std::deque<job> jobs_;
   bool stop_ = false;
+  bool busy_ = false;   // a job is running (on the thread or on a caller's)
   std::thread thread_;  // last: starts once the rest exists
 };
 

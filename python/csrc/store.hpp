@@ -21,6 +21,7 @@
 
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+
 #include <tutti/bootstrap/store.hpp>
 #include <tutti/core/error.hpp>
 
@@ -34,7 +35,8 @@ class c10d_store final : public tutti::bootstrap::store {
 
   void set(std::string_view key, std::span<const std::byte> value) override {
     const auto* p = reinterpret_cast<const std::uint8_t*>(value.data());
-    guarded("set", key, [&] { s_->set(std::string(key), std::vector<std::uint8_t>(p, p + value.size())); });
+    guarded("set", key,
+            [&] { s_->set(std::string(key), std::vector<std::uint8_t>(p, p + value.size())); });
   }
 
   [[nodiscard]] std::vector<std::byte> get(std::string_view key,
@@ -76,12 +78,11 @@ class c10d_store final : public tutti::bootstrap::store {
       f();
     } catch (const c10::DistStoreError& e) {
       const std::string msg = e.what_without_backtrace();
-      const bool timed_out = msg.find("imeout") != std::string::npos ||
-                             msg.find("timed out") != std::string::npos;
-      throw tutti::error(timed_out ? tutti::errc::timeout : tutti::errc::transport_failure, "",
-                         0, -1, -1,
-                         std::string("torch store ") + what + " " +
-                             tutti::detail::store_quote(key) + ": " + msg);
+      const bool timed_out =
+          msg.find("imeout") != std::string::npos || msg.find("timed out") != std::string::npos;
+      throw tutti::error(
+          timed_out ? tutti::errc::timeout : tutti::errc::transport_failure, "", 0, -1, -1,
+          std::string("torch store ") + what + " " + tutti::detail::store_quote(key) + ": " + msg);
     } catch (const c10::Error& e) {
       throw tutti::error(tutti::errc::transport_failure, "", 0, -1, -1,
                          std::string("torch store ") + what + " " +

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The torch tests: tutti as a torch.distributed backend, against torch's own gloo, with torch
+# from PyPI in a virtual environment this script creates (scripts/lib.sh: tutti_torch_venv).
+#   bash scripts/torch-tests.sh
+# Each test prints its time; exits non-zero if any fails.
+set -euo pipefail
+
+# shellcheck source=scripts/lib.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
+cd "$TUTTI_ROOT"
+
+py="$(tutti_torch_venv)"
+export PYTHONPATH="$TUTTI_ROOT/tests/torch${PYTHONPATH:+:$PYTHONPATH}"
+failed=()
+run() {
+  local name="$1" start=$SECONDS
+  shift
+  tutti_step "torch: $name"
+  if "$@"; then
+    tutti_info "passed: $name ($((SECONDS - start)) s)"
+  else
+    tutti_info "FAILED: $name ($((SECONDS - start)) s)"
+    failed+=("$name")
+  fi
+}
+run "collectives against gloo, 1-4 ranks, over shm" "$py" tests/torch/test_collectives.py
+run "collectives against gloo, 2-3 ranks, over gloo" \
+  env TUTTI_TORCH_TRANSPORT=gloo TUTTI_TORCH_SIZES=2,3 "$py" tests/torch/test_collectives.py
+run "DDP against gloo, 2-4 ranks" "$py" tests/torch/test_ddp.py
+run "faults over shm" "$py" tests/torch/test_faults.py
+run "faults over gloo" env TUTTI_TORCH_TRANSPORT=gloo "$py" tests/torch/test_faults.py
+run "tutorials under torchrun and tcp://" bash tests/torch/test_tutorials.sh "$py"
+
+if ((${#failed[@]})); then
+  printf '\ntorch tests FAILED: %s\n' "${failed[*]}"
+  exit 1
+fi
+printf '\ntorch tests passed\n'
