@@ -112,11 +112,13 @@ class runner {
       busy_ = true;
     }
     execute(job{std::move(w), std::move(fn)});
+    bool wake = false;
     {
       std::lock_guard lock(mu_);
       busy_ = false;
+      wake = stop_ || !jobs_.empty();  // a call queued meanwhile waits for this one
     }
-    cv_.notify_one();
+    if (wake) cv_.notify_one();
   }
 
  private:
