@@ -55,4 +55,6 @@ for k, v in model.module.state_dict().items():
 total = sum(p.double().sum().item() for p in model.parameters())
 if rank == 0:
     print(f"checksum {total:.12e}", flush=True)
+    if backend == "tutti":
+        print(f"transport {tutti_torch.transport()}", flush=True)
 dist.destroy_process_group()
