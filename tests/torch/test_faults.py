@@ -1,6 +1,6 @@
 """Faults through torch.distributed on "tutti": a rank killed mid-training makes the others
 raise (naming it) instead of hanging until the process group's timeout; mismatched calls raise
-on every rank, naming both sides.
+on every rank, naming both sides; the group's timeout and Work.wait(timeout) bound waits.
 
     python tests/torch/test_faults.py
 """
@@ -111,6 +111,47 @@ def mismatched(rank, size, init):
     os._exit(0)  # the broken groups' destructors have nothing left to say
 
 
+def timeouts(rank, size, init):
+    """The process group's timeout bounds a call whose peer never comes; Work.wait(timeout)
+    gives up on its own without breaking the call, which completes once the peer arrives."""
+    import datetime
+    dist.init_process_group("tutti", init_method=init, rank=rank, world_size=size,
+                            timeout=datetime.timedelta(seconds=3))
+    late = dist.new_group(backend="tutti", timeout=datetime.timedelta(seconds=600))
+    # Work.wait(timeout): rank 0 waits 100 ms for a call the others start only once it is told
+    # (through the store) that its wait gave up.
+    store = dist.distributed_c10d._get_default_store()
+    t = torch.full((4,), float(rank + 1))
+    if rank == 0:
+        w = dist.all_reduce(t, async_op=True, group=late)
+        try:
+            w.wait(timeout=datetime.timedelta(milliseconds=100))
+        except RuntimeError as e:
+            harness.check("did not finish within 100 ms" in str(e), f"Work.wait: {e}")
+        else:
+            raise AssertionError("Work.wait(100 ms) returned before the other ranks called")
+        harness.check(not w.is_completed(), "the call completed without the other ranks")
+        store.set("gave_up", "1")
+        w.wait()
+    else:
+        store.wait(["gave_up"])
+        dist.all_reduce(t, group=late)
+    harness.check(t.tolist() == [size * (size + 1) / 2] * 4, f"late all_reduce: {t.tolist()}")
+    # The group's 3 s timeout: the last rank never calls; the others raise a timeout.
+    if rank != size - 1:
+        try:
+            dist.all_reduce(torch.ones(3))
+        except dist.DistBackendError as e:
+            harness.check("timeout" in str(e) or "timed out" in str(e), f"rank {rank}: {e}")
+            print(f"     rank {rank}: {str(e).splitlines()[0][:200]}", flush=True)
+        else:
+            raise AssertionError(f"rank {rank}: all_reduce without rank {size - 1} returned")
+        store.set(f"done{rank}", "1")
+    else:
+        store.wait([f"done{r}" for r in range(size - 1)], datetime.timedelta(seconds=600))
+    os._exit(0)
+
+
 if __name__ == "__main__":
     try:
         for size in (2, 3):
@@ -122,6 +163,9 @@ if __name__ == "__main__":
             harness.spawn(mismatched, size)
             print(f"ok   mismatched calls at {size} ranks ({time.monotonic() - start:.1f} s)",
                   flush=True)
+            start = time.monotonic()
+            harness.spawn(timeouts, size)
+            print(f"ok   timeouts at {size} ranks ({time.monotonic() - start:.1f} s)", flush=True)
     except Exception:
         traceback.print_exc()
         sys.exit(1)
