@@ -70,23 +70,21 @@ class c10d_store final : public tutti::bootstrap::store {
     return std::max(t, std::chrono::milliseconds(1));
   }
 
-  // torch's store errors become tutti::error, so the transports report them as they report
-  // their own store's: a passed deadline as errc::timeout, anything else as transport_failure.
+  // torch's store errors become tutti::error, so the transports read them as they read their
+  // own store's: a passed deadline (FileStore's "Wait timeout", TCPStore's "Socket Timeout" and
+  // "timed out") as errc::timeout — for a wait of 0 that means "not there yet" —, anything else
+  // as errc::transport_failure.
   template <class F>
   static void guarded(const char* what, std::string_view key, F&& f) {
     try {
       f();
-    } catch (const c10::DistStoreError& e) {
+    } catch (const c10::Error& e) {
       const std::string msg = e.what_without_backtrace();
       const bool timed_out =
           msg.find("imeout") != std::string::npos || msg.find("timed out") != std::string::npos;
       throw tutti::error(
           timed_out ? tutti::errc::timeout : tutti::errc::transport_failure, "", 0, -1, -1,
           std::string("torch store ") + what + " " + tutti::detail::store_quote(key) + ": " + msg);
-    } catch (const c10::Error& e) {
-      throw tutti::error(tutti::errc::transport_failure, "", 0, -1, -1,
-                         std::string("torch store ") + what + " " +
-                             tutti::detail::store_quote(key) + ": " + e.what_without_backtrace());
     }
   }
 
