@@ -106,18 +106,28 @@ struct doorbell {
 }
 
 /// How long to spin and sleep. Spinning is short because ranks may outnumber cores.
+///
+/// Where every rank has a CPU (for_host), a wait spins for `spin_for` (50 µs) before it yields
+/// and then sleeps: a rank that sleeps pays the wake-up — tens of microseconds on a virtual machine
+/// whose idle CPU must be woken — and ranks driven from an interpreter arrive microseconds
+/// apart (torch.distributed's all_reduce at 2 ranks: 12.7 µs per call with ~2.4 µs of spinning,
+/// one call in ten sleeping; 5.3 µs with 50 µs, one in two hundred; bench/RESULTS.md).
 struct wait_tuning {
-  int spins = 256;                      // pause loops before yielding
-  int yields = 16;                      // sched_yield calls before sleeping
-  std::chrono::milliseconds slice{20};  // longest single sleep between polls
+  int spins = 256;                       // pause loops before the timed spin
+  std::chrono::nanoseconds spin_for{0};  // then spin until this much time passed
+  int yields = 16;                       // sched_yield calls before sleeping
+  std::chrono::milliseconds slice{20};   // longest single sleep between polls
 
-  /// The tuning for `ranks` ranks sharing this host: the defaults, or where they outnumber its
-  /// CPUs few spins and more yields (a yield lets the rank being waited for run).
+  /// The tuning for `ranks` ranks sharing this host: 50 µs of spinning where each has a CPU;
+  /// where they outnumber its CPUs few spins and more yields (a yield lets the rank being
+  /// waited for run).
   [[nodiscard]] static wait_tuning for_host(int ranks) noexcept {
     wait_tuning t;
     if (oversubscribed(ranks)) {
       t.spins = 8;
       t.yields = 128;
+    } else {
+      t.spin_for = std::chrono::microseconds(50);
     }
     return t;
   }
@@ -131,6 +141,15 @@ void wait_on(doorbell& bell, bool shared, Ready&& ready, Poll&& poll,
   for (int i = 0; i < tune.spins; ++i) {
     if (ready()) return;
     cpu_relax();
+  }
+  if (tune.spin_for > std::chrono::nanoseconds::zero()) {
+    const auto until = std::chrono::steady_clock::now() + tune.spin_for;
+    do {
+      for (int i = 0; i < 64; ++i) {  // ~0.6 µs of pauses between clock reads
+        if (ready()) return;
+        cpu_relax();
+      }
+    } while (std::chrono::steady_clock::now() < until);
   }
   for (int i = 0; i < tune.yields; ++i) {
     if (ready()) return;
