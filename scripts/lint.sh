@@ -28,7 +28,7 @@ if [[ "$what" == all || "$what" == format ]]; then
     tutti_info "warning: clang-format < 16 formats C++20 requires-clauses badly;" \
       "install clang-format-16 or set CLANG_FORMAT"
   fi
-  mapfile -t files < <(find include tests bench examples -type f \
+  mapfile -t files < <(find include tests bench examples python/csrc -type f \
     \( -name '*.hpp' -o -name '*.cpp' -o -name '*.h' -o -name '*.cuh' -o -name '*.cu' \) \
     2>/dev/null | sort)
   if ((${#files[@]})); then
