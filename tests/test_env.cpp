@@ -109,6 +109,13 @@ TEST_CASE("torchrun variables") {
     CHECK(w.master_addr == "node-0.cluster");
     CHECK(w.master_port == 29500);
     CHECK(w.agent_store);
+    CHECK(w.restart_count == 0);
+  }
+  SUBCASE("TORCHELASTIC_RESTART_COUNT") {
+    CHECK(detect({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"TORCHELASTIC_RESTART_COUNT", "3"}})
+              .restart_count == 3);
+    check_invalid({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"TORCHELASTIC_RESTART_COUNT", "-1"}},
+                  {"TORCHELASTIC_RESTART_COUNT=\"-1\""});
   }
   SUBCASE("local ones missing: local = global; MASTER_* unset") {
     const auto w = detect({{"RANK", "2"}, {"WORLD_SIZE", "3"}});
@@ -491,19 +498,25 @@ TEST_CASE("rendezvous_from_env: one host without a store meets through a private
   CHECK(file_exists(r2.file));
   CHECK(::unlink(r2.file.c_str()) == 0);
 
-  // torchrun's agent already serves MASTER_PORT (in torch's protocol): the file again.
+  // torchrun's agent already serves MASTER_PORT: a client of it in torch's protocol (which
+  // connects on first use), keys under the restart count; no file.
   env.set({{"RANK", "0"},
            {"WORLD_SIZE", "2"},
            {"MASTER_ADDR", "127.0.0.1"},
            {"MASTER_PORT", "29500"},
-           {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
+           {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+           {"TORCHELASTIC_RESTART_COUNT", "2"}});
   const bs::rendezvous ra = bs::rendezvous_from_env(world_from_env(), "rdv-file", opts, "unused");
   CHECK(ra.key == "tutti/rdv-file/2");
-  CHECK(ra.file == stem + "2");
-  CHECK(ra.route_host.empty());
-  CHECK(ra.route_port == -1);
-  ra.remove_file();
-  CHECK_FALSE(file_exists(ra.file));
+  CHECK(ra.file.empty());
+  CHECK(ra.route_host == "127.0.0.1");
+  CHECK(ra.route_port == 29500);
+  const auto* agent = dynamic_cast<bs::torch_tcp_store*>(ra.st.get());
+  REQUIRE(agent != nullptr);
+  CHECK(agent->host() == "127.0.0.1");
+  CHECK(agent->port() == 29500);
+  CHECK(agent->prefix() == "tutti/attempt_2/");
+  CHECK(agent->timeout() == opts.timeout);
 }
 
 TEST_CASE("rendezvous_from_env: across hosts without a usable store, the transport's message") {
@@ -513,13 +526,17 @@ TEST_CASE("rendezvous_from_env: across hosts without a usable store, the transpo
   CHECK(invalid_argument_of([&] {
           return bs::rendezvous_from_env(world_from_env(), "rdv-hosts", {}, msg);
         }) == "tutti on rank 1: " + msg + invalid_argument_text);
-  // MASTER_ADDR:MASTER_PORT that torchrun's agent serves cannot be used either.
+  // torchrun's agent serves MASTER_ADDR:MASTER_PORT: across hosts too, through its store.
   env.set({{"MASTER_ADDR", "10.0.0.1"},
            {"MASTER_PORT", "29500"},
            {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
-  CHECK(invalid_argument_of([&] {
-          return bs::rendezvous_from_env(world_from_env(), "rdv-hosts", {}, msg);
-        }) == "tutti on rank 1: " + msg + invalid_argument_text);
+  const bs::rendezvous r = bs::rendezvous_from_env(world_from_env(), "rdv-hosts", {}, msg);
+  const auto* agent = dynamic_cast<bs::torch_tcp_store*>(r.st.get());
+  REQUIRE(agent != nullptr);
+  CHECK(agent->host() == "10.0.0.1");
+  CHECK(agent->prefix() == "tutti/attempt_0/");
+  CHECK(r.route_host == "10.0.0.1");
+  CHECK(r.route_port == 29500);
 }
 
 TEST_CASE("rendezvous: MASTER_ADDR:MASTER_PORT's process-wide store, and init URLs") {

@@ -43,6 +43,8 @@ struct world_info {
   int master_port = -1;      ///< MASTER_PORT (1..65535), or -1 when unset
   bool agent_store = false;  ///< TORCHELASTIC_USE_AGENT_STORE == "True": torchrun's agent
                              ///< already serves a store on MASTER_PORT
+  int restart_count = 0;     ///< TORCHELASTIC_RESTART_COUNT: how often torchrun restarted the
+                             ///< group (0 when unset)
 };
 
 /// The launcher's name: "none", "torchrun", "open_mpi", "mpich" or "slurm".
@@ -68,7 +70,7 @@ namespace tutti::inline v0::detail {
 
 /// Every variable detect_world reads, and TUTTI_STORE_FD (set by tutti::spawn in rank 0): what a
 /// test clears to run outside any launcher.
-inline constexpr std::array<const char*, 23> launcher_variables{
+inline constexpr std::array<const char*, 24> launcher_variables{
     "RANK",
     "WORLD_SIZE",
     "LOCAL_RANK",
@@ -91,6 +93,7 @@ inline constexpr std::array<const char*, 23> launcher_variables{
     "MASTER_ADDR",
     "MASTER_PORT",
     "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_RESTART_COUNT",
     "TUTTI_STORE_FD",
 };
 
@@ -260,11 +263,13 @@ namespace tutti::inline v0::bootstrap {
 ///     this node's entry (SLURM_NODEID) of SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE
 ///     ("4(x2),3"), else SLURM_NTASKS_PER_NODE; without SLURM_LOCALID, one host is assumed.
 ///     SLURM_PROCID without SLURM_NTASKS (a batch script) is not a launch.
-/// MASTER_ADDR, MASTER_PORT and TORCHELASTIC_USE_AGENT_STORE are read in every case.
+/// MASTER_ADDR, MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE and TORCHELASTIC_RESTART_COUNT are
+/// read in every case.
 /// \returns nullopt when none of the rank variables is set.
 /// \throws tutti::error(errc::invalid_argument), naming the variable and its value, when a
 ///   variable is malformed or negative, only half of a rank/size pair is set, rank >= size,
-///   local_rank >= local_size, local_size > size, size < 1, or MASTER_PORT is not in 1..65535.
+///   local_rank >= local_size, local_size > size, size < 1, MASTER_PORT is not in 1..65535, or
+///   TORCHELASTIC_RESTART_COUNT is not a non-negative integer.
 [[nodiscard]] inline std::optional<world_info> detect_world() {
   using namespace tutti::detail;
   world_info w;
@@ -302,6 +307,7 @@ namespace tutti::inline v0::bootstrap {
   }
   const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
   w.agent_store = agent != nullptr && std::string_view(agent) == "True";
+  if (auto restarts = env_int("TORCHELASTIC_RESTART_COUNT")) w.restart_count = *restarts;
   return w;
 }
 

@@ -6,8 +6,12 @@
 /// joins, so every rank joins in one order), and says what to clean up once every rank joined.
 ///
 /// from the launcher's environment (rendezvous_from_env):
-///   - MASTER_ADDR and MASTER_PORT set, and not served by torchrun's agent
-///     (TORCHELASTIC_USE_AGENT_STORE=True): the process-wide tcp store there (rank 0 serves it);
+///   - MASTER_ADDR and MASTER_PORT set and served by torchrun's agent
+///     (TORCHELASTIC_USE_AGENT_STORE=True): a torch_tcp_store client of the agent's store, keys
+///     under agent_store_prefix(w) (the restart count in it, so a restarted group never reads an
+///     earlier attempt's keys);
+///   - MASTER_ADDR and MASTER_PORT set otherwise: the process-wide tcp store there (rank 0
+///     serves it);
 ///   - else, when every rank is on this host: a file store private to this user,
 ///     `<private_dir()>/<local_job_key()>.<transport>.<n>`, which rank 0 removes once every
 ///     rank has joined;
@@ -28,6 +32,7 @@
 #include "tutti/bootstrap/env.hpp"
 #include "tutti/bootstrap/file_store.hpp"
 #include "tutti/bootstrap/store.hpp"
+#include "tutti/bootstrap/torch_store.hpp"
 #include "tutti/bootstrap/url.hpp"
 #include "tutti/core/error.hpp"
 #include "tutti/core/options.hpp"
@@ -80,6 +85,13 @@ struct rendezvous {
   }
 }
 
+/// "tutti/attempt_<w.restart_count>/": where tutti's keys live in torchrun's agent store.
+/// torch's own workers use "/worker/attempt_<n>/" (a PrefixStore; its client adds a leading
+/// "/"), so the two never meet; tutti's ranks only need to agree among themselves.
+[[nodiscard]] inline std::string agent_store_prefix(const world_info& w) {
+  return "tutti/attempt_" + std::to_string(w.restart_count) + "/";
+}
+
 /// The rendezvous of `transport` for the world `w` (from world_from_env()): see the file
 /// comment. `across_hosts` is the message of the errc::invalid_argument raised when the ranks
 /// span hosts and no store at MASTER_ADDR:MASTER_PORT can be used.
@@ -91,8 +103,14 @@ struct rendezvous {
   r.rank = w.rank;
   r.size = w.size;
   r.local_rank = w.local_rank;
-  if (!w.master_addr.empty() && w.master_port > 0 && !w.agent_store) {
-    r.st = env_store(w.rank, opts.timeout, opts.store_token);
+  if (!w.master_addr.empty() && w.master_port > 0) {
+    // The agent's store dies with the agent, at the end of the job: the keys left in it need
+    // no cleanup, and a restart's new prefix keeps them out of the next attempt's way.
+    if (w.agent_store)
+      r.st = std::make_shared<torch_tcp_store>(w.master_addr, w.master_port, agent_store_prefix(w),
+                                               opts.timeout);
+    else
+      r.st = env_store(w.rank, opts.timeout, opts.store_token);
     r.route_host = w.master_addr;
     r.route_port = w.master_port;
     return r;

@@ -207,19 +207,18 @@ class gloo {
 
   /// This rank's endpoint, from the launcher's environment (torchrun, Open MPI, MPICH, Slurm,
   /// tutti::spawn: see bootstrap/env.hpp). Ranks meet through the store at
-  /// MASTER_ADDR:MASTER_PORT (rank 0 serves it); when every rank is on this host and no such
-  /// store can be used (mpirun, srun, torchrun's agent store), through a file private to this
-  /// user (bootstrap/rendezvous.hpp), which rank 0 removes when it closes. The device binds
+  /// MASTER_ADDR:MASTER_PORT (rank 0 serves it; under torchrun, its agent does, and tutti speaks
+  /// torch's TCPStore protocol to it); when every rank is on this host and no such store is set
+  /// (mpirun, srun), through a file private to this user (bootstrap/rendezvous.hpp), which rank
+  /// 0 removes when it closes. The device binds
   /// TUTTI_SOCKET_IFNAME's address, else the one that reaches MASTER_ADDR.
   [[nodiscard]] static gloo from_env(const options& opts = {}) {
     const bootstrap::world_info w = bootstrap::world_from_env();
     const bootstrap::rendezvous r = bootstrap::rendezvous_from_env(
         w, "gloo", opts,
         "tutti::gloo across hosts needs a store: set MASTER_ADDR and MASTER_PORT (rank 0 serves "
-        "it), or use communicator<gloo>::from_url with tcp:// or redis://" +
-            std::string(w.agent_store ? " (torchrun's agent store speaks torch's own protocol, "
-                                        "which tutti does not)"
-                                      : ""));
+        "it; under torchrun, its agent does), or use communicator<gloo>::from_url with tcp:// or "
+        "redis://");
     gloo t = connect(r.st, r.key, r.rank, r.size, r.route_host, r.route_port, opts);
     // The store serves the world's abort and call records as long as it lives: the file goes
     // when rank 0 closes, not once every rank has joined.

@@ -283,10 +283,9 @@ class shm {
 
   /// This rank's endpoint of the world its launcher started (torchrun, tutti::spawn, Open MPI,
   /// MPICH, Slurm: see bootstrap/env.hpp). The segment's name travels through the store at
-  /// MASTER_ADDR:MASTER_PORT where one is set (rank 0 serves it), else — under mpirun, srun,
-  /// or torchrun whose agent already serves MASTER_PORT — through a file only this user can
-  /// read, in a private directory keyed by the launcher process. Every rank must be on this
-  /// host.
+  /// MASTER_ADDR:MASTER_PORT where one is set (rank 0 serves it; under torchrun its agent
+  /// does), else — under mpirun or srun — through a file only this user can read, in a private
+  /// directory keyed by the launcher process. Every rank must be on this host.
   [[nodiscard]] static shm from_env(const options& opts = {}) {
     const bootstrap::world_info w = bootstrap::world_from_env();
     const std::string one_host =
