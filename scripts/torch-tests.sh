@@ -30,9 +30,23 @@ run "DDP against gloo, 2-4 ranks" "$py" tests/torch/test_ddp.py
 run "faults over shm" "$py" tests/torch/test_faults.py
 run "faults over gloo" env TUTTI_TORCH_TRANSPORT=gloo "$py" tests/torch/test_faults.py
 run "tutorials under torchrun and tcp://" bash tests/torch/test_tutorials.sh "$py"
+# tutti's C++ side of torch: torch_tcp_store against torch's own TCPStore servers, a tutti::gloo
+# program under two torchrun agents (--nnodes=2), and examples/all_reduce (tutti::shm) under
+# torchrun; all through the agent's store. Their own build tree: build/torch-cpp.
+cpp=build/torch-cpp
+cpp_build() {
+  cmake --preset release -B "$cpp" -DTUTTI_TORCH_PYTHON="$py" \
+    -DTUTTI_TORCHRUN="$(dirname "$py")/torchrun" >/dev/null &&
+    cmake --build "$cpp" -j"$(tutti_nproc)" \
+      --target test_torch_store agent_store_prog example_all_reduce
+}
+run "build the C++ torch tests ($cpp)" cpp_build
+run "torch's TCPStore protocol: torch_tcp_store, tutti programs under torchrun" \
+  ctest --test-dir "$cpp" --output-on-failure -R '^(torch_store|torch\.agent_store|launch\.torchrun)$'
 # exit 77: no root or no network namespaces here (said on stdout); counted as passed
-run "torchrun --nnodes=2 across two network namespaces" \
-  bash -c 'bash tests/torch/test_two_nodes.sh "$1"; rc=$?; ((rc == 77)) && rc=0; exit $rc' _ "$py"
+run "torchrun --nnodes=2 across two network namespaces: the DDP tutorial and a C++ program" \
+  bash -c 'bash tests/torch/test_two_nodes.sh "$1" "$2"; rc=$?; ((rc == 77)) && rc=0; exit $rc' \
+  _ "$py" "$cpp/tests/agent_store_prog"
 
 if ((${#failed[@]})); then
   printf '\ntorch tests FAILED: %s\n' "${failed[*]}"

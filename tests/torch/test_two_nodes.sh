@@ -2,12 +2,15 @@
 # torchrun --nnodes=2 across two "hosts": two network namespaces joined by a veth pair, each
 # running a torchrun agent with 2 ranks (node 0's agent serves the store). The DDP tutorial
 # program (tutorials/ddp_sampler.py) trains on gloo and on tutti; tutti must run over
-# tutti::gloo (the ranks span hosts) and end within 1e-6 relative of gloo's checksum.
-# Everything it made is removed on exit.
-#   bash tests/torch/test_two_nodes.sh PYTHON
+# tutti::gloo (the ranks span hosts) and end within 1e-6 relative of gloo's checksum. With
+# PROGRAM (tests/torch/agent_store_prog), the same C++ binary runs under torchrun --no-python:
+# its ranks meet through the agent's store and all_reduce over tutti::gloo, each checking the
+# sums. Everything it made is removed on exit.
+#   bash tests/torch/test_two_nodes.sh PYTHON [PROGRAM]
 # Exit 0: passed; 77: skipped (no root or no network namespaces), with the reason.
 set -uo pipefail
-py="${1:?usage: test_two_nodes.sh PYTHON}"
+py="${1:?usage: test_two_nodes.sh PYTHON [PROGRAM]}"
+prog="${2:-}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 torchrun="$(dirname "$py")/torchrun"
 tag="tn$$"
@@ -38,16 +41,19 @@ for side in a:x:1 b:y:2; do
 done
 master="10.78.$subnet.1"
 
-# run_nodes BACKEND: both agents at once; prints node 0's stdout; 0 if both exit 0
+# run_nodes BACKEND: both agents at once; prints node 0's stdout; 0 if both exit 0.
+# BACKEND "cpp": PROGRAM under torchrun --no-python, both nodes' stdout.
 run_nodes() {
-  local backend="$1" port=$((20000 + RANDOM % 20000)) pids=() rc=0 k
+  local backend="$1" port=$((20000 + RANDOM % 20000)) pids=() rc=0 k what
   for k in 0 1; do
     local ns="${tag}a"
     ((k == 1)) && ns="${tag}b"
-    ip netns exec "$ns" env GLOO_SOCKET_IFNAME=eth0 TUTORIAL_DIR="$work" \
+    what=("$here/tutorials/ddp_sampler.py" "$backend")
+    [[ "$backend" == cpp ]] && what=(--no-python "$prog")
+    ip netns exec "$ns" env GLOO_SOCKET_IFNAME=eth0 TUTORIAL_DIR="$work" TUTTI_TIMEOUT=120 \
       timeout 600 "$torchrun" --nnodes=2 --node_rank=$k --nproc_per_node=2 \
       --master_addr="$master" --master_port=$port \
-      "$here/tutorials/ddp_sampler.py" "$backend" >"$work/out.$backend.$k" 2>"$work/err.$backend.$k" &
+      "${what[@]}" >"$work/out.$backend.$k" 2>"$work/err.$backend.$k" &
     pids+=($!)
   done
   for k in 0 1; do
@@ -58,8 +64,16 @@ run_nodes() {
     fi
   done
   cat "$work/out.$backend.0"
+  [[ "$backend" == cpp ]] && cat "$work/out.$backend.1"
   return $rc
 }
+
+if [[ -n "$prog" ]]; then
+  cpp_out="$(run_nodes cpp)" || { echo "FAILED: $prog across two namespaces"; exit 1; }
+  echo "$cpp_out"
+  [[ "$(grep -c 'all_reduce sums ok (10)' <<<"$cpp_out")" == 4 ]] ||
+    { echo "FAILED: not every rank of $prog printed its sums ok"; exit 1; }
+fi
 
 gloo_out="$(run_nodes gloo)" || { echo "FAILED: gloo across two namespaces"; exit 1; }
 tutti_out="$(run_nodes tutti)" || { echo "FAILED: tutti across two namespaces"; exit 1; }
