@@ -44,7 +44,7 @@ class c10d_store final : public tutti::bootstrap::store {
     std::vector<std::byte> out;
     guarded("get", key, [&] {
       const std::string k(key);
-      s_->wait({k}, clamp(timeout));
+      await({k}, timeout);
       const std::vector<std::uint8_t> v = s_->get(k);
       const auto* b = reinterpret_cast<const std::byte*>(v.data());
       out.assign(b, b + v.size());
@@ -60,14 +60,18 @@ class c10d_store final : public tutti::bootstrap::store {
 
   void wait(std::span<const std::string> keys, std::chrono::milliseconds timeout) override {
     guarded("wait", keys.empty() ? std::string_view{} : std::string_view(keys.front()),
-            [&] { s_->wait(std::vector<std::string>(keys.begin(), keys.end()), clamp(timeout)); });
+            [&] { await(std::vector<std::string>(keys.begin(), keys.end()), timeout); });
   }
 
  private:
-  // torch reads a timeout of 0 as "no timeout": a store call of ours that should check once
-  // waits a millisecond instead.
-  static std::chrono::milliseconds clamp(std::chrono::milliseconds t) {
-    return std::max(t, std::chrono::milliseconds(1));
+  // Returns once every key exists, within `timeout`. A timeout of 0 or less checks once, with
+  // check(): torch reads a wait's 0 as "no timeout", and FileStore's wait takes a second to
+  // give up even on a 1 ms timeout (which made tutti::gloo name a dead rank 2 s late).
+  void await(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+    if (timeout > std::chrono::milliseconds::zero())
+      s_->wait(keys, timeout);
+    else if (!s_->check(keys))
+      C10_THROW_ERROR(DistStoreError, "Wait timeout (checked once)");
   }
 
   // torch's store errors become tutti::error, so the transports read them as they read their
