@@ -37,4 +37,7 @@ setup(
         )
     ],
     cmdclass={"build_ext": BuildExtension},
+    # `import torch` loads tutti_torch (torch's autoload of out-of-tree backends), so code
+    # written for another backend needs only the backend string changed.
+    entry_points={"torch.backends": ["tutti = tutti_torch._autoload:load"]},
 )
