@@ -616,6 +616,7 @@ c10::intrusive_ptr<c10d::Work> backend::recv(std::vector<at::Tensor>& tensors, i
   const at::Tensor t = tensors[0];
   lane& l = lane_to(src, false);
   auto w = c10::make_intrusive<work>(getRank(), c10d::OpType::RECV, "recv", tensors);
+  w->set_source(src);
   l.thread.post(w, [&l, t, src, tag] {
     TORCH_CHECK(l.comm, "tutti: recv from rank ", src, ": joining the two-rank world failed");
     const at::Tensor d = dense(t);
@@ -627,9 +628,15 @@ c10::intrusive_ptr<c10d::Work> backend::recv(std::vector<at::Tensor>& tensors, i
   return w;
 }
 
-c10::intrusive_ptr<c10d::Work> backend::recvAnysource(std::vector<at::Tensor>&, int) {
-  TORCH_CHECK(false,
-              "tutti: recv without a source (recv from any rank) is not supported yet; pass src");
+c10::intrusive_ptr<c10d::Work> backend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  // With two ranks the source is the other one. Beyond that a receive from any rank needs a
+  // transport that can match a message from any peer, which tutti's do not have yet.
+  TORCH_CHECK(getSize() == 2, "tutti: recv without a source (from any rank) works only in a ",
+              "group of 2 ranks so far; this one has ", getSize(), ": pass src");
+  const int src = 1 - getRank();
+  auto w = recv(tensors, src, tag);
+  static_cast<work*>(w.get())->set_source(src);
+  return w;
 }
 
 }  // namespace tutti_torch

@@ -56,10 +56,14 @@ class work final : public c10d::Work {
   }
 
   std::vector<at::Tensor> result() override { return outputs_; }
+  /// The rank a receive's message came from (-1 for other calls).
+  int sourceRank() const override { return source_; }
+  void set_source(int r) { source_ = r; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
  private:
   std::string title_;
+  int source_ = -1;
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };

@@ -262,6 +262,25 @@ def point_to_point(rank, size, gloo):
             same(x, values(dt, 17, left), f"batch_isend_irecv {dt}")
             same(y, values(dt, 17, right, 1), f"batch_isend_irecv {dt} other way")
 
+    # recv without a source: tutti takes it in a group of 2 ranks (the source is the other
+    # rank) and refuses it, saying so, in larger groups; gloo takes both.
+    for g in (None, gloo):
+        if size == 2:
+            z = torch.zeros(6)
+            if rank == 0:
+                dist.send(torch.arange(6.0) + 1, 1, group=g, tag=9)
+            else:
+                src = dist.recv(z, group=g, tag=9)
+                harness.check(src == 0, f"recv from any source: source {src}")
+                same(z, torch.arange(6.0) + 1, "recv from any source")
+        elif g is None:
+            try:
+                dist.recv(torch.zeros(1), tag=9)
+            except RuntimeError as e:
+                harness.check("only in a group of 2 ranks" in str(e), f"recv any source: {e}")
+            else:
+                raise AssertionError("recv from any source at 3+ ranks returned")
+
 
 def objects(rank, size, gloo):
     state = {"layer.weight": torch.arange(6.0).view(2, 3) * (rank + 1), "step": rank}
