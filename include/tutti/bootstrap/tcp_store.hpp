@@ -225,24 +225,15 @@ class tcp_store final : public store {
   /// Drops the connection and raises; every later call raises the same kind at once.
   [[noreturn]] void lose(errc code, const std::string& msg) {
     conn_.reset();
-    lost_code_ = code;
-    lost_what_ = msg;
-    detail::store_fail(code, msg);
+    loss_.raise(code, msg);
   }
   [[noreturn]] void malformed(const std::string& what, const std::string& why) {
     lose(errc::transport_failure,
          name() + ": " + what + ": malformed reply from the store server (" + why + ")");
   }
   [[noreturn]] void io_failed(int e, const std::string& what) {
-    const std::string head = name() + ": " + what + ": ";
-    if (e == detail::store_eof)
-      lose(errc::peer_lost, head + "the store server closed the connection");
-    if (e == ECONNRESET || e == EPIPE)
-      lose(errc::peer_lost,
-           head + "the store server closed the connection (" + detail::store_errno(e) + ")");
-    if (e == ETIMEDOUT)
-      lose(errc::timeout, head + "the store server did not answer before the deadline");
-    lose(errc::transport_failure, head + detail::store_errno(e));
+    conn_.reset();
+    loss_.io_failed(e, name() + ": " + what + ": ", "before the deadline");
   }
   void expect_empty(const std::vector<std::byte>& reply, const std::string& what) {
     if (reply.size() != 1) malformed(what, "unexpected fields");
@@ -286,9 +277,7 @@ class tcp_store final : public store {
   std::vector<std::byte> exchange(const std::vector<std::byte>& frame,
                                   detail::store_clock::time_point reply_deadline,
                                   const std::string& what) {
-    if (!conn_)
-      detail::store_fail(lost_code_,
-                         name() + ": " + what + ": the connection was lost earlier: " + lost_what_);
+    if (!conn_) loss_.check(name() + ": " + what + ": ");
     if (const int e = detail::store_send_all(conn_.get(), frame, detail::store_deadline(timeout_));
         e != 0)
       io_failed(e, what);
@@ -312,8 +301,7 @@ class tcp_store final : public store {
   std::unique_ptr<detail::store_server> server_;  // destroyed after conn_
   std::mutex mu_;
   detail::unique_fd conn_;
-  errc lost_code_ = errc::peer_lost;
-  std::string lost_what_;
+  detail::store_loss loss_;
 };
 
 }  // namespace tutti::inline v0::bootstrap

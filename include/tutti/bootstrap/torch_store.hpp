@@ -305,9 +305,7 @@ class torch_tcp_store final : public store {
   /// Connects on first use. Caller holds mu_.
   void connected(const std::string& what) {
     if (conn_) return;
-    if (broken_)
-      detail::store_fail(lost_code_,
-                         name() + ": " + what + ": the connection was lost earlier: " + lost_what_);
+    loss_.check(name() + ": " + what + ": ");
     conn_ = open(op_deadline(), timeout_);
   }
 
@@ -384,23 +382,15 @@ class torch_tcp_store final : public store {
   /// Drops the connection and raises; every later call raises the same kind at once.
   [[noreturn]] void lose(errc code, const std::string& msg) {
     conn_.reset();
-    broken_ = true;
-    lost_code_ = code;
-    lost_what_ = msg;
-    detail::store_fail(code, msg);
+    loss_.raise(code, msg);
   }
   [[noreturn]] void malformed(const std::string& what, const std::string& why) {
     lose(errc::transport_failure,
          name() + ": " + what + ": malformed reply from the store server (" + why + ")");
   }
   [[noreturn]] void io_failed(int e, const std::string& what) {
-    const std::string head = name() + ": " + what + ": ";
-    if (e == detail::store_eof || e == ECONNRESET || e == EPIPE)
-      lose(errc::peer_lost, head + "the store server closed the connection");
-    if (e == ETIMEDOUT)
-      lose(errc::timeout,
-           head + "the store server did not answer within " + detail::store_ms(timeout_));
-    lose(errc::transport_failure, head + detail::store_errno(e));
+    conn_.reset();
+    loss_.io_failed(e, name() + ": " + what + ": ", "within " + detail::store_ms(timeout_));
   }
 
   std::string host_;
@@ -410,9 +400,7 @@ class torch_tcp_store final : public store {
   std::mutex mu_;
   detail::unique_fd conn_;
   std::uint32_t nonce_ = static_cast<std::uint32_t>(::getpid()) << 16;
-  bool broken_ = false;
-  errc lost_code_ = errc::peer_lost;
-  std::string lost_what_;
+  detail::store_loss loss_;
 };
 
 }  // namespace tutti::inline v0::bootstrap

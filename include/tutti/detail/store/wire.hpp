@@ -207,6 +207,37 @@ inline void store_nodelay(int fd) noexcept {
 /// store_recv_all's code for "the peer closed the connection".
 inline constexpr int store_eof = -1;
 
+/// A store client's lost connection (tcp_store, torch_tcp_store): its kind and reason, kept so
+/// that every later call raises the same at once.
+struct store_loss {
+  bool lost = false;
+  errc code = errc::peer_lost;
+  std::string what;
+
+  /// Records the loss and raises it.
+  [[noreturn]] void raise(errc c, const std::string& msg) {
+    lost = true;
+    code = c;
+    what = msg;
+    store_fail(c, msg);
+  }
+  /// For a later call ("<store>: <call>: "): raises the recorded loss, if there is one.
+  void check(const std::string& head) const {
+    if (lost) store_fail(code, head + "the connection was lost earlier: " + what);
+  }
+  /// Records and raises what the I/O error `e` of store_send_all / store_recv_all means:
+  /// the server closed the connection, did not answer (`silence` says how long it was given:
+  /// "before the deadline", "within 500 ms"), or a system error.
+  [[noreturn]] void io_failed(int e, const std::string& head, const std::string& silence) {
+    if (e == store_eof) raise(errc::peer_lost, head + "the store server closed the connection");
+    if (e == ECONNRESET || e == EPIPE)
+      raise(errc::peer_lost,
+            head + "the store server closed the connection (" + store_errno(e) + ")");
+    if (e == ETIMEDOUT) raise(errc::timeout, head + "the store server did not answer " + silence);
+    raise(errc::transport_failure, head + store_errno(e));
+  }
+};
+
 /// Sends all of `data` on a non-blocking socket: 0, ETIMEDOUT or an errno. Never SIGPIPE.
 [[nodiscard]] inline int store_send_all(int fd, std::span<const std::byte> data,
                                         store_clock::time_point deadline) {
