@@ -13,15 +13,14 @@ Prints a markdown table: time per call (µs) for each backend, and gloo / tutti.
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 import time
 import warnings
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+
+from common import run_ranks
 
 warnings.filterwarnings("ignore")
 
@@ -106,15 +105,7 @@ def main():
     p.add_argument("--max-calls", type=int, default=20000)
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args()
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "out.json")
-        mp.spawn(worker, args=(args.np, "file://" + os.path.join(d, "init"), args, out),
-                 nprocs=args.np)
-        with open(out) as f:
-            data = json.load(f)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(data, f, indent=1)
+    data = run_ranks(worker, args)
     print(f"\nall_reduce float32 sum through torch.distributed {data['torch']}, {args.np} ranks, "
           f"tutti over {data['transport']}; time per call (µs), best of {args.rounds}\n")
     print("| size | gloo | tutti | gloo / tutti |")

@@ -9,16 +9,15 @@ step (tutti, gloo, no_sync) alternate, and each figure is the median over the st
 
 import argparse
 import json
-import os
 import statistics
-import tempfile
 import time
 import warnings
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+from common import run_ranks
 
 warnings.filterwarnings("ignore")
 
@@ -76,15 +75,7 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--json")
     args = p.parse_args()
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "out.json")
-        mp.spawn(worker, args=(args.np, "file://" + os.path.join(d, "init"), args, out),
-                 nprocs=args.np)
-        with open(out) as f:
-            data = json.load(f)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(data, f, indent=1)
+    data = run_ranks(worker, args)
     m = data["median_ms"]
     comm = {k: m[k] - m["no_sync"] for k in ("tutti", "gloo")}
     print(f"\nDDP step, {data['params'] / 1e6:.1f}M parameters, batch 8, {args.np} ranks, "

@@ -47,6 +47,32 @@ void check_same(const at::Tensor& a, const at::Tensor& b, const char* call) {
               ": tensors must share one dtype, got ", a.scalar_type(), " and ", b.scalar_type());
 }
 
+/// The one list of `p` tensors in `lists` (one per rank: all_gather's outputs, scatter's
+/// inputs, ...), each a CPU tensor with the dtype and element count of `like`.
+[[nodiscard]] std::vector<at::Tensor> block_list(const std::vector<std::vector<at::Tensor>>& lists,
+                                                 const at::Tensor& like, int p, const char* call,
+                                                 const char* which) {
+  TORCH_CHECK(lists.size() == 1 && static_cast<int>(lists[0].size()) == p, "tutti: ", call,
+              " needs one list of ", p, " ", which, " tensors (one per rank)");
+  for (const auto& t : lists[0]) {
+    check_cpu(t, call);
+    check_same(like, t, call);
+    TORCH_CHECK(t.numel() == like.numel(), "tutti: ", call, ": every ", which, " tensor needs ",
+                like.numel(), " elements, got ", t.numel());
+  }
+  return lists[0];
+}
+
+/// A rooted call's root, checked; `lists` (the root's tensor list) must be empty off the root.
+[[nodiscard]] int checked_root(int64_t root, int rank, int p,
+                               const std::vector<std::vector<at::Tensor>>& lists, const char* call,
+                               const char* which) {
+  TORCH_CHECK(root >= 0 && root < p, "tutti: ", call, ": root ", root, " is not a rank of ", p);
+  TORCH_CHECK(rank == root || lists.empty() || (lists.size() == 1 && lists[0].empty()),
+              "tutti: ", call, ": only the root passes ", which, " tensors");
+  return static_cast<int>(root);
+}
+
 /// Checks op on dtype in the caller's thread, so a bad pair raises from the call itself.
 void check_op(const c10d::ReduceOp& op, at::ScalarType dtype) {
   with_type(dtype, [&]<class T>(type_tag<T>) { with_op<T>(op, dtype, [](auto) {}); });
@@ -230,17 +256,8 @@ c10::intrusive_ptr<c10d::Work> backend::allgather(std::vector<std::vector<at::Te
                                                   std::vector<at::Tensor>& inputs,
                                                   const c10d::AllgatherOptions& opts) {
   check_one(inputs, "all_gather");
-  TORCH_CHECK(outputs.size() == 1, "tutti: all_gather takes one output list");
   const at::Tensor in = inputs[0];
-  const std::vector<at::Tensor> outs = outputs[0];
-  TORCH_CHECK(static_cast<int>(outs.size()) == getSize(), "tutti: all_gather needs ", getSize(),
-              " output tensors (one per rank), got ", outs.size());
-  for (const auto& o : outs) {
-    check_cpu(o, "all_gather");
-    check_same(in, o, "all_gather");
-    TORCH_CHECK(o.numel() == in.numel(), "tutti: all_gather: every output tensor needs ",
-                in.numel(), " elements like the input, got ", o.numel());
-  }
+  const std::vector<at::Tensor> outs = block_list(outputs, in, getSize(), "all_gather", "output");
   return post(c10d::OpType::ALLGATHER, "all_gather", opts.asyncOp, outs, [this, in, outs] {
     const at::Tensor d = dense(in);
     const at::Tensor all = at::empty({getSize() * d.numel()}, d.options());
@@ -341,24 +358,11 @@ c10::intrusive_ptr<c10d::Work> backend::gather(std::vector<std::vector<at::Tenso
                                                std::vector<at::Tensor>& inputs,
                                                const c10d::GatherOptions& opts) {
   check_one(inputs, "gather");
-  const int root = static_cast<int>(opts.rootRank);
-  TORCH_CHECK(root >= 0 && root < getSize(), "tutti: gather: root ", root, " is not a rank of ",
-              getSize());
   const at::Tensor in = inputs[0];
-  std::vector<at::Tensor> outs;
-  if (getRank() == root) {
-    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
-                "tutti: gather: the root needs one list of ", getSize(), " output tensors");
-    outs = outputs[0];
-    for (const auto& o : outs) {
-      check_cpu(o, "gather");
-      check_same(in, o, "gather");
-      TORCH_CHECK(o.numel() == in.numel(), "tutti: gather: output and input sizes differ");
-    }
-  } else {
-    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-                "tutti: gather: only the root passes output tensors");
-  }
+  const int root = checked_root(opts.rootRank, getRank(), getSize(), outputs, "gather", "output");
+  const std::vector<at::Tensor> outs = getRank() == root
+                                           ? block_list(outputs, in, getSize(), "gather", "output")
+                                           : std::vector<at::Tensor>{};
   return post(c10d::OpType::GATHER, "gather", opts.asyncOp, outs, [this, in, outs, root] {
     const at::Tensor d = dense(in);
     const at::Tensor all = at::empty({getRank() == root ? getSize() * d.numel() : 0}, d.options());
@@ -373,24 +377,11 @@ c10::intrusive_ptr<c10d::Work> backend::scatter(std::vector<at::Tensor>& outputs
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ScatterOptions& opts) {
   check_one(outputs, "scatter");
-  const int root = static_cast<int>(opts.rootRank);
-  TORCH_CHECK(root >= 0 && root < getSize(), "tutti: scatter: root ", root, " is not a rank of ",
-              getSize());
   const at::Tensor out = outputs[0];
-  std::vector<at::Tensor> ins;
-  if (getRank() == root) {
-    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
-                "tutti: scatter: the root needs one list of ", getSize(), " input tensors");
-    ins = inputs[0];
-    for (const auto& i : ins) {
-      check_cpu(i, "scatter");
-      check_same(out, i, "scatter");
-      TORCH_CHECK(i.numel() == out.numel(), "tutti: scatter: output and input sizes differ");
-    }
-  } else {
-    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
-                "tutti: scatter: only the root passes input tensors");
-  }
+  const int root = checked_root(opts.rootRank, getRank(), getSize(), inputs, "scatter", "input");
+  const std::vector<at::Tensor> ins = getRank() == root
+                                          ? block_list(inputs, out, getSize(), "scatter", "input")
+                                          : std::vector<at::Tensor>{};
   return post(c10d::OpType::SCATTER, "scatter", opts.asyncOp, {out}, [this, out, ins, root] {
     const at::Tensor all = ins.empty() ? at::empty({0}, out.options()) : flat(ins);
     const at::Tensor o = dense(out);
@@ -405,15 +396,8 @@ c10::intrusive_ptr<c10d::Work> backend::reduce_scatter(std::vector<at::Tensor>& 
                                                        std::vector<std::vector<at::Tensor>>& inputs,
                                                        const c10d::ReduceScatterOptions& opts) {
   check_one(outputs, "reduce_scatter");
-  TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
-              "tutti: reduce_scatter needs one list of ", getSize(), " input tensors");
   const at::Tensor out = outputs[0];
-  const std::vector<at::Tensor> ins = inputs[0];
-  for (const auto& i : ins) {
-    check_cpu(i, "reduce_scatter");
-    check_same(out, i, "reduce_scatter");
-    TORCH_CHECK(i.numel() == out.numel(), "tutti: reduce_scatter: output and input sizes differ");
-  }
+  const std::vector<at::Tensor> ins = block_list(inputs, out, getSize(), "reduce_scatter", "input");
   const c10d::ReduceOp op = opts.reduceOp;
   check_op(op, out.scalar_type());
   return post(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", opts.asyncOp, {out},

@@ -324,10 +324,30 @@ def groups(rank, size, gloo):
                   f"one host: the world runs over shm unless told ({tutti_torch.transport()})")
 
 
+def bad_arguments(rank, size, gloo):
+    """Calls tutti refuses on every rank before anything is sent, saying what is wrong."""
+    cases = [
+        (lambda: dist.all_gather([torch.zeros(3) for _ in range(size)], torch.zeros(2)),
+         "all_gather: every output tensor needs 2 elements, got 3"),
+        (lambda: dist.reduce_scatter(torch.zeros(2), [torch.zeros(2) for _ in range(size + 1)]),
+         f"reduce_scatter needs one list of {size} input tensors"),
+        (lambda: dist.all_reduce(torch.zeros(2), dist.ReduceOp.BAND),
+         "ReduceOp.BAND is not defined on Float tensors"),
+    ]
+    for call, text in cases:
+        try:
+            call()
+        except RuntimeError as e:
+            harness.check(text in str(e), f"expected '{text}' in: {e}")
+        else:
+            raise AssertionError(f"returned instead of raising '{text}'")
+    dist.barrier()  # the group still works
+
+
 def run_all(rank, size, init):
     dist.init_process_group("tutti", init_method=init, rank=rank, world_size=size)
     gloo = dist.new_group(backend="gloo")
-    for part in (reductions, data_movement, point_to_point, objects, groups):
+    for part in (reductions, data_movement, point_to_point, objects, groups, bad_arguments):
         part(rank, size, gloo)
     dist.destroy_process_group()
 
