@@ -6,8 +6,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "tutti/algorithm/automatic.hpp"
@@ -18,9 +20,15 @@
 #include "tutti/core/types.hpp"
 #include "tutti/detail/communicator_base.hpp"
 #include "tutti/detail/communicator_buffers.hpp"
+#include "tutti/detail/communicator_split.hpp"
+#include "tutti/transport/concepts.hpp"
 #include "tutti/work.hpp"
 
 namespace tutti::inline v0 {
+
+/// split's color for a rank that takes part in the call but joins no sub-communicator (any
+/// negative color does; MPI_UNDEFINED, NCCL_SPLIT_NOCOLOR).
+inline constexpr int no_color = -1;
 
 /// A group of ranks over `Transport`, running collectives with `Algorithm`.
 ///
@@ -77,6 +85,47 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   [[nodiscard]] int size() const noexcept { return base::size(); }
   [[nodiscard]] const options& opts() const noexcept { return base::opts(); }
   [[nodiscard]] Transport& transport() noexcept { return base::transport(); }
+
+  // ---- sub-communicators --------------------------------------------------------------------
+  /// Splits this communicator as MPI_Comm_split does: the ranks that pass the same `color`
+  /// form a communicator, ranked by `key`, ties by rank here; a rank whose color is negative
+  /// (tutti::no_color) takes part and gets none. Collective: every rank calls it, in the same
+  /// order among this communicator's calls. It needs nothing but this communicator (over gloo,
+  /// the child meets through this world's store; over shm, the child's segment name travels
+  /// through this communicator; over nccl, ncclCommSplit). The child is a full communicator
+  /// with its own sequence numbers, checks and deadline (`child_opts`), running `A` (by
+  /// default this communicator's policy); it lives on its own (destroy either in any order).
+  /// A rank that dies is named by every communicator that contains it; an error inside a child
+  /// breaks that child only (see docs/groups.md).
+  template <class A = Algorithm>
+  [[nodiscard]] std::optional<communicator<Transport, A>> split(int color, int key,
+                                                                const options& child_opts)
+    requires splittable<Transport>
+  {
+    return split_as<A>({color < 0 ? -1 : color, key, 0}, {}, child_opts);
+  }
+  template <class A = Algorithm>
+  [[nodiscard]] std::optional<communicator<Transport, A>> split(int color, int key = 0)
+    requires splittable<Transport>
+  {
+    return split<A>(color, key, opts());
+  }
+  /// The communicator of the ranks `ranks` (each in [0, size()), none twice), ranked in that
+  /// order; empty on the ranks not listed. Collective: every rank passes the same list (a
+  /// rank that passes another raises errc::mismatch, as do all the others).
+  template <class A = Algorithm>
+  [[nodiscard]] std::optional<communicator<Transport, A>> group(std::span<const int> ranks,
+                                                                const options& child_opts)
+    requires splittable<Transport>
+  {
+    return split_as<A>(detail::group_request(ranks, rank()), ranks, child_opts);
+  }
+  template <class A = Algorithm>
+  [[nodiscard]] std::optional<communicator<Transport, A>> group(std::span<const int> ranks)
+    requires splittable<Transport>
+  {
+    return group<A>(ranks, opts());
+  }
 
   // Every collective below is written once for both memory spaces: `In`, `Out` and `Buf` are
   // std::span<T> on a host-memory transport and device_span<T> on a device one (span_type<T>);
@@ -300,6 +349,33 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   }
 
  private:
+  template <class A>
+  std::optional<communicator<Transport, A>> split_as(detail::split_request mine,
+                                                     std::span<const int> listed,
+                                                     const options& child_opts) {
+    const char* what = mine.check == 0 ? "split" : "group";
+    detail::split_plan plan;
+    if constexpr (std::is_same_v<memory_space, host_memory>) {
+      const auto all = detail::gather_split_requests(*this, mine, what);
+      if (mine.check != 0) detail::check_group_ranks(listed, size(), rank());
+      plan = detail::plan_split(all, rank(), splits_++);
+      auto child = transport().split(plan, detail::exchange_over(*this), child_opts);
+      if (!child) return std::nullopt;
+      return communicator<Transport, A>(std::move(*child), child_opts);
+    } else {
+      // ncclCommSplit gathers the colors and keys itself; a group's list is checked here only.
+      if (mine.check != 0) detail::check_group_ranks(listed, size(), rank());
+      plan.id = splits_++;
+      plan.color = mine.color;
+      plan.key = mine.key;
+      auto child = transport().split(plan, {}, child_opts);
+      if (!child) return std::nullopt;
+      return communicator<Transport, A>(std::move(*child), child_opts);
+    }
+  }
+
+  std::uint64_t splits_ = 0;  // splits so far: each child's id, the same on every rank
+
   /// `b` as the std::span the machinery works on; a compile error with a sentence when it is
   /// not in this transport's memory space.
   template <class B>

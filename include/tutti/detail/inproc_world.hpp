@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tutti/core/error.hpp"
@@ -132,9 +134,19 @@ class inproc_world {
   [[nodiscard]] bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
 
   /// Rank r's function returned: it will post nothing more, so waiting for it is pointless.
+  /// So it is in every world split from this one that contains it.
   void mark_exited(int r) noexcept {
     exited_[idx(r)].store(true, std::memory_order_release);
     for (int q = 0; q < n_; ++q) ranks_[idx(q)].bell.ring(false);
+    std::vector<std::pair<std::shared_ptr<inproc_world>, int>> reach;
+    {
+      std::lock_guard lock(children_mu_);
+      for (const auto& c : children_)
+        if (auto w = c.world.lock())
+          for (std::size_t i = 0; i < c.members.size(); ++i)
+            if (c.members[i] == r) reach.emplace_back(std::move(w), static_cast<int>(i));
+    }
+    for (auto& [w, child_rank] : reach) w->mark_exited(child_rank);
   }
   [[nodiscard]] bool exited(int r) const noexcept {
     return exited_[idx(r)].load(std::memory_order_acquire);
@@ -161,6 +173,25 @@ class inproc_world {
 
   [[nodiscard]] std::size_t segment_bytes() const noexcept { return segment_bytes_; }
   [[nodiscard]] std::byte* segment(int r) noexcept { return segments_[idx(r)].get(); }
+
+  /// The world of split `id`'s color `color`, whose ranks are `members` (ranks of this world,
+  /// in the child's order): the first member to ask creates it, the others find it. A member
+  /// that exited this world already has exited the child too.
+  [[nodiscard]] std::shared_ptr<inproc_world> child(std::uint64_t id, std::int64_t color,
+                                                    const std::vector<int>& members) {
+    std::lock_guard lock(children_mu_);
+    auto& entry = forming_[{id, color}];
+    if (!entry.world) {
+      entry.world =
+          std::make_shared<inproc_world>(static_cast<int>(members.size()), segment_bytes_);
+      children_.push_back({entry.world, members});
+      for (std::size_t i = 0; i < members.size(); ++i)
+        if (exited(members[i])) entry.world->mark_exited(static_cast<int>(i));
+    }
+    auto w = entry.world;
+    if (++entry.taken == members.size()) forming_.erase({id, color});
+    return w;
+  }
 
  private:
   static std::size_t idx(int i) noexcept { return static_cast<std::size_t>(i); }
@@ -214,6 +245,18 @@ class inproc_world {
   std::unique_ptr<std::atomic<bool>[]> exited_;
   wait_tuning tuning_;
   std::vector<std::unique_ptr<std::byte[]>> segments_;
+
+  struct child_entry {
+    std::weak_ptr<inproc_world> world;
+    std::vector<int> members;
+  };
+  struct forming_entry {
+    std::shared_ptr<inproc_world> world;
+    std::size_t taken = 0;
+  };
+  std::mutex children_mu_;
+  std::vector<child_entry> children_;                                        // for mark_exited
+  std::map<std::pair<std::uint64_t, std::int64_t>, forming_entry> forming_;  // until all took it
 };
 
 }  // namespace tutti::inline v0::detail

@@ -6,9 +6,12 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 
+#include "tutti/core/options.hpp"
 #include "tutti/detail/call.hpp"
+#include "tutti/detail/split.hpp"
 #include "tutti/detail/wait.hpp"
 
 namespace tutti::inline v0 {
@@ -82,6 +85,16 @@ concept device_transport =
       t.device_reduce(c, d, s, s, n);
       t.device_finish(c, d, n);
       { t.device_scratch(c, n, true) } -> std::same_as<std::byte*>;
+    };
+
+/// Transports that make a sub-communicator's endpoint from a parent's (communicator::split):
+/// `t.split(plan, exchange, opts)` returns this rank's endpoint in the child the plan names,
+/// or nothing for a rank that joins none, calling `exchange` (an all-gather over the parent)
+/// once on every parent rank or on none.
+template <class T>
+concept splittable =
+    requires(T& t, const detail::split_plan& p, const detail::split_exchange& x, const options& o) {
+      { t.split(p, x, o) } -> std::same_as<std::optional<T>>;
     };
 
 /// Transports whose backend runs collectives itself (Gloo's algorithms, NCCL's kernels):

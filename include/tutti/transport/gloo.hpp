@@ -34,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -54,6 +55,7 @@
 #include "tutti/detail/gloo/requests.hpp"
 #include "tutti/detail/gloo/single_copy.hpp"
 #include "tutti/detail/gloo/state.hpp"
+#include "tutti/detail/split.hpp"
 #include "tutti/detail/wait.hpp"
 #include "tutti/transport/concepts.hpp"
 
@@ -240,6 +242,19 @@ class gloo {
                                     int rank, int size, const std::string& route_host,
                                     int route_port, const options& opts = {}) {
     return gloo(detail::gloo_connect(std::move(st), key, rank, size, route_host, route_port, opts));
+  }
+
+  /// This rank's endpoint in the child `p` plans (communicator::split): a world of its own
+  /// connections, on a device bound like this one's, meeting through this world's store under
+  /// a key of its own (the child's abort and call records live there too). A rank that dies is
+  /// named in the child as in any world: its connections close.
+  [[nodiscard]] std::optional<gloo> split(const detail::split_plan& p,
+                                          const detail::split_exchange&, const options& opts) {
+    if (!p.joins()) return std::nullopt;
+    const std::string key =
+        s_->prefix + "split/" + std::to_string(p.id) + "/" + std::to_string(p.color);
+    return gloo(detail::gloo_connect(s_->store, key, p.rank, p.size,
+                                     {s_->attr, "as the parent's: " + s_->address}, opts));
   }
 
  private:

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -17,6 +18,7 @@
 #include "tutti/core/options.hpp"
 #include "tutti/detail/cost.hpp"
 #include "tutti/detail/inproc_world.hpp"
+#include "tutti/detail/split.hpp"
 #include "tutti/transport/concepts.hpp"
 
 namespace tutti::inline v0 {
@@ -72,6 +74,15 @@ class inproc {
 
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return world_->size(); }
+
+  /// This rank's endpoint in the child `p` plans (communicator::split): a world of threads the
+  /// first member creates and the others find through this world. A rank that exits this
+  /// world exits the child too, so waiting for it there raises at once.
+  [[nodiscard]] std::optional<inproc> split(const detail::split_plan& p,
+                                            const detail::split_exchange&, const options&) {
+    if (!p.joins()) return std::nullopt;
+    return inproc(world_->child(p.id, p.color, p.members), p.rank);
+  }
 
   [[nodiscard]] request isend(int peer, std::span<const std::byte> data, const detail::call& c,
                               detail::space s, std::uint64_t tag) {

@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -50,6 +51,7 @@
 #include "tutti/detail/nccl/p2p.hpp"
 #include "tutti/detail/nccl/state.hpp"
 #include "tutti/detail/nccl/types.hpp"
+#include "tutti/detail/split.hpp"
 #include "tutti/detail/wait.hpp"
 #include "tutti/transport/concepts.hpp"
 
@@ -104,6 +106,16 @@ class nccl {
                                     const std::string& key, int rank, int size, int local_rank,
                                     const options& opts = {}) {
     return nccl(detail::nccl_init(*st, key, rank, size, local_rank, opts));
+  }
+
+  /// This rank's communicator in the child `p` plans (communicator::split): ncclCommSplit on
+  /// this one, which every parent rank calls (NCCL orders a color's ranks by key, then parent
+  /// rank, as the plan does), on the same GPU; empty for a rank that joins no child.
+  [[nodiscard]] std::optional<nccl> split(const detail::split_plan& p,
+                                          const detail::split_exchange&, const options& opts) {
+    auto child = detail::nccl_split(*s_, p, opts);
+    if (!child) return std::nullopt;
+    return nccl(std::move(child));
   }
 
   /// The GPUs this host's ranks may use, counted WITHOUT initialising CUDA (a CUDA context

@@ -21,10 +21,12 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "tutti/bootstrap/env.hpp"
 #include "tutti/bootstrap/rendezvous.hpp"
@@ -41,6 +43,7 @@
 #include "tutti/detail/shm_layout.hpp"
 #include "tutti/detail/shm_segment.hpp"
 #include "tutti/detail/shm_state.hpp"
+#include "tutti/detail/split.hpp"
 #include "tutti/detail/wait.hpp"
 #include "tutti/transport/concepts.hpp"
 
@@ -331,6 +334,44 @@ class shm {
   [[nodiscard]] static shm join(int rank, int size, Publish&& publish, Fetch&& fetch,
                                 const options& opts = {}) {
     return shm(detail::shm_join(rank, size, publish, fetch, opts));
+  }
+
+  /// This rank's endpoint in the child `p` plans (communicator::split): a segment of its own,
+  /// which the child's rank 0 creates; its name reaches the other members through `exchange`
+  /// (an all-gather over the parent, which every parent rank joins once, members or not).
+  /// The child watches its ranks' processes as any world does, so a rank that dies is named
+  /// there within a sleep slice too.
+  [[nodiscard]] std::optional<shm> split(const detail::split_plan& p,
+                                         const detail::split_exchange& exchange,
+                                         const options& opts) {
+    if (!p.joins()) {
+      (void)exchange({});
+      return std::nullopt;
+    }
+    bool exchanged = false;
+    std::vector<std::string> names;
+    auto publish = [&](const std::string& name) {
+      exchanged = true;
+      names = exchange(name);
+    };
+    auto fetch = [&] {
+      exchanged = true;
+      names = exchange({});
+      const std::string& name = names[static_cast<std::size_t>(p.members[0])];
+      if (name.empty() || name[0] == '!')
+        throw error(errc::transport_failure, "", 0, p.rank, 0,
+                    "tutti::shm: the child's rank 0 (rank " + std::to_string(p.members[0]) +
+                        " of the parent) could not create its segment" +
+                        (name.empty() ? std::string() : ": " + name.substr(1)));
+      return name;
+    };
+    try {
+      return shm(detail::shm_join(p.rank, p.size, publish, fetch, opts));
+    } catch (const std::exception& e) {
+      // The others wait in the exchange for this rank's part: tell them why it is missing.
+      if (!exchanged) (void)exchange(std::string("!") + e.what());
+      throw;
+    }
   }
 
  private:

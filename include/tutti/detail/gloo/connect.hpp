@@ -162,11 +162,11 @@ inline void gloo_count_host_ranks(gloo_state& st, clock::time_point deadline) {
                  st.rank, st.size, st.host_ranks, usable_cpus(), st.ranks_per_cpu);
 }
 
-/// Joins the world of `size` ranks whose rendezvous runs through `store` under `key`.
-/// `route_host` (may be empty) picks the local address when TUTTI_SOCKET_IFNAME is unset.
+/// Joins the world of `size` ranks whose rendezvous runs through `store` under `key`, on a TCP
+/// device with attributes `attr` (`why` says how they were chosen, for TUTTI_DEBUG=INFO).
 [[nodiscard]] inline std::shared_ptr<gloo_state> gloo_connect(
     std::shared_ptr<bootstrap::store> store, const std::string& key, int rank, int size,
-    const std::string& route_host, int route_port, const options& opts) {
+    const gloo_device_choice& choice, const options& opts) {
   if (size < 1 || rank < 0 || rank >= size)
     throw error(errc::invalid_argument, "", 0, rank, -1,
                 "tutti::gloo: rank " + std::to_string(rank) + " is not in a world of " +
@@ -176,7 +176,7 @@ inline void gloo_count_host_ranks(gloo_state& st, clock::time_point deadline) {
   s->prefix = key + "/";
   s->rank = rank;
   s->size = size;
-  const gloo_device_choice choice = gloo_choose_device(rank, route_host, route_port);
+  s->attr = choice.attr;
   try {
     const sigpipe_guard no_sigpipe;  // also for Gloo's loop thread, started here
     const auto deadline = clock::now() + opts.timeout;
@@ -201,6 +201,15 @@ inline void gloo_count_host_ranks(gloo_state& st, clock::time_point deadline) {
                 std::string("tutti::gloo: could not connect the world: ") + e.what());
   }
   return s;
+}
+
+/// Joins the world of `size` ranks whose rendezvous runs through `store` under `key`.
+/// `route_host` (may be empty) picks the local address when TUTTI_SOCKET_IFNAME is unset.
+[[nodiscard]] inline std::shared_ptr<gloo_state> gloo_connect(
+    std::shared_ptr<bootstrap::store> store, const std::string& key, int rank, int size,
+    const std::string& route_host, int route_port, const options& opts) {
+  return gloo_connect(std::move(store), key, rank, size,
+                      gloo_choose_device(rank, route_host, route_port), opts);
 }
 
 }  // namespace tutti::inline v0::detail

@@ -17,6 +17,7 @@
 
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/device.h>
+#include <gloo/transport/tcp/attr.h>
 #include <gloo/transport/unbound_buffer.h>
 
 #include "tutti/bootstrap/store.hpp"
@@ -57,10 +58,11 @@ struct gloo_state {
   std::shared_ptr<::gloo::rendezvous::Context> ctx;
   int rank = 0;
   int size = 1;
-  std::string address;              // what the device bound, for messages
-  std::string unlink_on_close;      // rank 0's rendezvous file, when one was used
-  bool aborted = false;             // this rank closed its connections
-  std::uint64_t published_seq = 0;  // last call record written
+  std::string address;                // what the device bound, for messages
+  ::gloo::transport::tcp::attr attr;  // how the device was chosen: a split's child binds alike
+  std::string unlink_on_close;        // rank 0's rendezvous file, when one was used
+  bool aborted = false;               // this rank closed its connections
+  std::uint64_t published_seq = 0;    // last call record written
   /// Liveness: this rank's beat key counts its slow-wait polls; the peers' beats as seen at
   /// the first poll of the current slow wait, and when.
   std::uint64_t beats = 0;

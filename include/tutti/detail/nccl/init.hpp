@@ -23,9 +23,36 @@
 #include "tutti/core/error.hpp"
 #include "tutti/core/options.hpp"
 #include "tutti/detail/nccl/state.hpp"
+#include "tutti/detail/split.hpp"
 #include "tutti/detail/wait.hpp"
 
 namespace tutti::inline v0::detail {
+
+/// A state for rank `rank` of `size` on CUDA device `device`: its stream, event and small
+/// buffer made, no NCCL communicator yet.
+[[nodiscard]] inline std::shared_ptr<nccl_state> nccl_prepare(int rank, int size, int device,
+                                                              const options& opts) {
+  auto s = std::make_shared<nccl_state>();
+  s->rank = rank;
+  s->size = size;
+  s->device = device;
+  s->timeout = opts.timeout;
+  s->check_calls = env_string("TUTTI_NCCL_CHECK") == "1";
+  if (const cudaError_t r = cudaSetDevice(s->device); r != cudaSuccess)
+    s->throw_cuda(r, "cudaSetDevice", "", 0);
+  // A blocking stream: work on it starts after what the caller queued on the legacy default
+  // stream (a kernel<<<>>> or cudaMemcpy without a stream), as the caller's program order
+  // says; a non-blocking stream would let NCCL read the buffer before that work wrote it.
+  if (const cudaError_t r = cudaStreamCreateWithFlags(&s->stream, cudaStreamDefault);
+      r != cudaSuccess)
+    s->throw_cuda(r, "cudaStreamCreateWithFlags", "", 0);
+  if (const cudaError_t r = cudaEventCreateWithFlags(&s->scratch_done, cudaEventDisableTiming);
+      r != cudaSuccess)
+    s->throw_cuda(r, "cudaEventCreateWithFlags", "", 0);
+  if (const cudaError_t r = cudaMalloc(&s->small, 64); r != cudaSuccess)
+    s->throw_cuda(r, "cudaMalloc", "", 0);
+  return s;
+}
 
 /// Joins the world of `size` ranks: rank 0 creates the ncclUniqueId and publishes it in `st`
 /// under `key`/unique_id; every rank takes GPU `local_rank` modulo the visible GPUs and creates
@@ -43,26 +70,8 @@ namespace tutti::inline v0::detail {
     throw error(errc::invalid_argument, "", 0, rank, -1,
                 std::string("tutti::nccl: no CUDA device (") +
                     (r != cudaSuccess ? cudaGetErrorString(r) : "none visible") + ")");
-  auto s = std::make_shared<nccl_state>();
-  s->rank = rank;
-  s->size = size;
-  s->device = (local_rank < 0 ? 0 : local_rank) % devices;
-  s->timeout = opts.timeout;
-  s->check_calls = env_string("TUTTI_NCCL_CHECK") == "1";
   const auto deadline = clock::now() + opts.timeout;
-  if (const cudaError_t r = cudaSetDevice(s->device); r != cudaSuccess)
-    s->throw_cuda(r, "cudaSetDevice", "", 0);
-  // A blocking stream: work on it starts after what the caller queued on the legacy default
-  // stream (a kernel<<<>>> or cudaMemcpy without a stream), as the caller's program order
-  // says; a non-blocking stream would let NCCL read the buffer before that work wrote it.
-  if (const cudaError_t r = cudaStreamCreateWithFlags(&s->stream, cudaStreamDefault);
-      r != cudaSuccess)
-    s->throw_cuda(r, "cudaStreamCreateWithFlags", "", 0);
-  if (const cudaError_t r = cudaEventCreateWithFlags(&s->scratch_done, cudaEventDisableTiming);
-      r != cudaSuccess)
-    s->throw_cuda(r, "cudaEventCreateWithFlags", "", 0);
-  if (const cudaError_t r = cudaMalloc(&s->small, 64); r != cudaSuccess)
-    s->throw_cuda(r, "cudaMalloc", "", 0);
+  auto s = nccl_prepare(rank, size, (local_rank < 0 ? 0 : local_rank) % devices, opts);
 
   ncclUniqueId id{};
   const std::string id_key = key + "/unique_id";
@@ -87,6 +96,35 @@ namespace tutti::inline v0::detail {
   if (debug_info())
     std::fprintf(stderr, "tutti[nccl] rank %d/%d: GPU %d, NCCL %d\n", rank, size, s->device,
                  NCCL_VERSION_CODE);
+  return s;
+}
+
+/// This rank's communicator in the child of color `p.color` (negative: none) ordered by
+/// `p.key` (communicator::split), through ncclCommSplit on `parent` (which every parent rank
+/// calls, members or not: NCCL_SPLIT_NOCOLOR for the others), on the parent's GPU,
+/// non-blocking and bounded by opts.timeout. NCCL orders a color's ranks by key, then parent
+/// rank, and says the child's rank and size. Null for a rank that joins no child.
+[[nodiscard]] inline std::shared_ptr<nccl_state> nccl_split(nccl_state& parent, const split_plan& p,
+                                                            const options& opts) {
+  const auto deadline = clock::now() + opts.timeout;
+  std::shared_ptr<nccl_state> s;
+  if (p.joins()) s = nccl_prepare(-1, 0, parent.device, opts);
+  const device_guard on(parent.device);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t child = nullptr;
+  const int color = p.joins() ? static_cast<int>(p.color) : NCCL_SPLIT_NOCOLOR;
+  const ncclResult_t r = parent.locked(
+      [&] { return ncclCommSplit(parent.comm, color, static_cast<int>(p.key), &child, &config); });
+  if (s) s->comm = child;  // the child's state destroys it, even if it never settles
+  if (r != ncclSuccess && r != ncclInProgress) parent.throw_nccl(r, "ncclCommSplit", "", 0);
+  parent.settle_or_throw(r, "ncclCommSplit", "", 0, deadline);
+  if (!s) return s;
+  s->settle_or_throw(r, "ncclCommSplit", "", 0, deadline);
+  if (const ncclResult_t q = ncclCommUserRank(child, &s->rank); q != ncclSuccess)
+    s->throw_nccl(q, "ncclCommUserRank", "", 0);
+  if (const ncclResult_t q = ncclCommCount(child, &s->size); q != ncclSuccess)
+    s->throw_nccl(q, "ncclCommCount", "", 0);
   return s;
 }
 

@@ -1,0 +1,87 @@
+#pragma once
+/// \file
+/// The communicator's side of split and group: every rank's request all-gathered over the
+/// parent and checked (group's rank lists must agree), this rank's plan, and the string
+/// all-gather a transport's split may use (split_exchange). Host-memory communicators only:
+/// over NCCL, ncclCommSplit gathers and orders by itself.
+
+#include <cstddef>
+#include <cstdint>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tutti/core/error.hpp"
+#include "tutti/detail/split.hpp"
+
+namespace tutti::inline v0::detail {
+
+/// Every rank's request, index = parent rank, all-gathered over `comm`; raises
+/// tutti::error(errc::mismatch) on every rank when the ranks' `check`s differ (one called
+/// group with another list, or split while another called group).
+template <class Comm>
+[[nodiscard]] std::vector<split_request> gather_split_requests(Comm& comm, split_request mine,
+                                                               const char* what) {
+  const auto p = static_cast<std::size_t>(comm.size());
+  const std::int64_t me[3] = {mine.color, mine.key, mine.check};
+  std::vector<std::int64_t> all(3 * p);
+  comm.all_gather(std::span<const std::int64_t>(me), std::span<std::int64_t>(all));
+  std::vector<split_request> reqs(p);
+  for (std::size_t q = 0; q < p; ++q) reqs[q] = {all[3 * q], all[3 * q + 1], all[3 * q + 2]};
+  for (std::size_t q = 0; q < p; ++q)
+    if (reqs[q].check != mine.check)
+      throw error(errc::mismatch, what, 0, comm.rank(), static_cast<int>(q),
+                  "rank " + std::to_string(q) +
+                      (reqs[q].check == 0 ? " called split" : " called group with a rank list") +
+                      " but rank " + std::to_string(comm.rank()) +
+                      (mine.check == 0 ? " called split" : " called group with another one"));
+  return reqs;
+}
+
+/// group(ranks)'s request: color 0 and key = position for a listed rank, no color otherwise.
+/// Raises errc::invalid_argument (after the exchange, so on every rank alike) for a rank out of
+/// [0, size) or listed twice.
+[[nodiscard]] inline split_request group_request(std::span<const int> ranks, int me) {
+  split_request r{-1, 0, ranks_digest(ranks) | (std::int64_t{1} << 62)};
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    if (ranks[i] == me) r = {0, static_cast<std::int64_t>(i), r.check};
+  return r;
+}
+inline void check_group_ranks(std::span<const int> ranks, int size, int me) {
+  std::set<int> seen;
+  for (int r : ranks)
+    if (r < 0 || r >= size || !seen.insert(r).second)
+      throw error(errc::invalid_argument, "group", 0, me, -1,
+                  "rank " + std::to_string(r) +
+                      (r < 0 || r >= size ? " is not in [0, " + std::to_string(size) + ")"
+                                          : " is listed twice") +
+                      " in group's rank list");
+}
+
+/// split_exchange over `comm`: all sizes, then all bytes (all_gatherv).
+template <class Comm>
+[[nodiscard]] split_exchange exchange_over(Comm& comm) {
+  return [&comm](const std::string& mine) {
+    const auto p = static_cast<std::size_t>(comm.size());
+    const std::uint64_t n = mine.size();
+    std::vector<std::uint64_t> sizes(p);
+    comm.all_gather(std::span<const std::uint64_t>(&n, 1), std::span<std::uint64_t>(sizes));
+    std::vector<std::size_t> counts(sizes.begin(), sizes.end());
+    std::size_t total = 0;
+    for (std::size_t c : counts) total += c;
+    std::vector<std::uint8_t> bytes(total);
+    comm.all_gatherv(
+        std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(mine.data()), n),
+        std::span<std::uint8_t>(bytes), std::span<const std::size_t>(counts));
+    std::vector<std::string> out(p);
+    std::size_t at = 0;
+    for (std::size_t q = 0; q < p; ++q) {
+      out[q].assign(reinterpret_cast<const char*>(bytes.data() + at), counts[q]);
+      at += counts[q];
+    }
+    return out;
+  };
+}
+
+}  // namespace tutti::inline v0::detail
