@@ -422,6 +422,34 @@ void own_policy(const char* name) {
                 __LINE__);
 }
 
+/// Sub-communicators through ncclCommSplit: parity halves ranked in reverse, the last rank left
+/// out of a second split, a group of rank 0 alone; an all_reduce on each names its members.
+void splits(native_comm& comm) {
+  const int r = comm.rank(), w = comm.size();
+  auto half = comm.split(r % 2, -r);
+  EXPECT(half.has_value());
+  std::vector<int> members;
+  for (int q = w - 1; q >= 0; --q)
+    if (q % 2 == r % 2) members.push_back(q);
+  EXPECT(half->size() == static_cast<int>(members.size()));
+  EXPECT(members[static_cast<std::size_t>(half->rank())] == r);
+  device_buffer<std::int32_t> buf(make<std::int32_t>(3, [r](std::size_t i) { return r * 10 + i; }));
+  half->all_reduce(buf.span(), tutti::sum);
+  std::int64_t base = 0;
+  for (int q : members) base += q * 10;
+  const auto count = static_cast<double>(members.size());
+  expect_values(
+      buf.download(), [&](std::size_t i) { return static_cast<double>(base) + count * i; },
+      "split all_reduce", __LINE__);
+  auto most = comm.split(r == w - 1 && w > 1 ? tutti::no_color : 0, r);
+  EXPECT(most.has_value() == !(r == w - 1 && w > 1));
+  if (most) EXPECT(most->size() == (w > 1 ? w - 1 : 1));
+  const std::vector<int> zero{0};
+  auto solo = comm.group(zero);
+  EXPECT(solo.has_value() == (r == 0));
+  if (solo) solo->barrier();
+}
+
 int rank_main(int gpus) {
   auto comm = native_comm::from_env();
   g_rank = comm.rank();
@@ -456,6 +484,7 @@ int rank_main(int gpus) {
   own_policy<tutti::tree>("tree");
   own_policy<tutti::recursive_halving>("recursive_halving");
 
+  splits(comm);
   edges(comm);  // last: what a communicator does after an error is not this test's business
 
   std::printf("rank %d of %d (GPU %d): %d checks, %d failed\n", g_rank, w,

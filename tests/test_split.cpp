@@ -1,0 +1,243 @@
+// Sub-communicators (communicator::split, group) and tutti::mesh on inproc (threads) and shm
+// (processes): every collective on the children of every color/key pattern at world sizes 1-8,
+// nested splits, groups, mismatched and invalid calls, a rank that fails or dies inside a group.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include <tutti/algorithm/ring.hpp>
+#include <tutti/mesh.hpp>
+#include <tutti/run.hpp>
+#include <tutti/transport/shm.hpp>
+
+#include "fork_ranks.hpp"
+#include "split_checks.hpp"
+
+namespace {
+
+using split_checks::all_patterns;
+using split_checks::check_child;
+
+/// Collects the first failure from the ranks of an inproc world.
+struct first_failure {
+  std::mutex mu;
+  std::string text;
+  void add(const std::string& s) {
+    std::lock_guard lock(mu);
+    if (text.empty() && !s.empty()) text = s;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("inproc split: every pattern, world sizes 1-8, every collective on each child") {
+  for (int p = 1; p <= 8; ++p) {
+    CAPTURE(p);
+    first_failure f;
+    tutti::inproc::run(p, [&](auto& comm) { f.add(all_patterns(comm)); });
+    CHECK(f.text == "");
+  }
+}
+
+TEST_CASE("inproc split: nested splits, another policy, parent and child interleaved") {
+  for (int p : {4, 6, 8}) {
+    CAPTURE(p);
+    first_failure f;
+    tutti::inproc::run(p, [&](auto& comm) {
+      const int r = comm.rank();
+      // Halves by parity, ranked by parent rank; then pairs inside each half.
+      auto half = comm.split(r % 2, r);
+      std::vector<int> half_members;
+      for (int q = r % 2; q < p; q += 2) half_members.push_back(q);
+      auto pair = half->split(half->rank() / 2, -half->rank());
+      std::vector<int> pair_members;
+      const int base = (half->rank() / 2) * 2;
+      for (int i = std::min(base + 1, half->size() - 1); i >= base; --i)
+        pair_members.push_back(half_members[static_cast<std::size_t>(i)]);
+      f.add(check_child(*pair, pair_members));
+      // A child on another policy than its parent's.
+      auto ring = comm.template split<tutti::ring>(0, -r);
+      std::vector<std::int32_t> x{r, 1};
+      ring->all_reduce(std::span<std::int32_t>(x), tutti::sum);
+      if (ring->rank() != p - 1 - r || x[0] != p * (p - 1) / 2 || x[1] != p)
+        f.add("the ring child's rank or sum is wrong");
+      // A child's async work queued while the parent runs a collective: both complete.
+      std::vector<std::int32_t> mine{r}, all{r};
+      auto w = half->all_reduce_async(std::span<std::int32_t>(mine), tutti::sum);
+      comm.all_reduce(std::span<std::int32_t>(all), tutti::sum);
+      w.wait();
+      std::int32_t want = 0;
+      for (int q : half_members) want += q;
+      if (mine[0] != want || all[0] != p * (p - 1) / 2) f.add("interleaved sums are wrong");
+      f.add(check_child(*half, half_members));
+    });
+    CHECK(f.text == "");
+  }
+}
+
+TEST_CASE("inproc group: a listed subset in the listed order, nothing elsewhere") {
+  first_failure f;
+  tutti::inproc::run(6, [&](auto& comm) {
+    const int r = comm.rank();
+    const std::vector<int> ranks{4, 1, 5};
+    auto g = comm.group(ranks);
+    if (g.has_value() != (r == 4 || r == 1 || r == 5)) f.add("membership of the group");
+    if (g) f.add(check_child(*g, ranks));
+    auto solo = comm.group(std::vector<int>{2});
+    if (solo.has_value() != (r == 2)) f.add("membership of the group of one");
+    if (solo) f.add(check_child(*solo, {2}));
+    if (comm.group(std::vector<int>{}).has_value()) f.add("the empty group has a member");
+  });
+  CHECK(f.text == "");
+}
+
+TEST_CASE("inproc group: ranks passing different lists all raise mismatch") {
+  std::atomic<int> mismatches{0};
+  CHECK_THROWS_AS(tutti::inproc::run(3,
+                                     [&](auto& comm) {
+                                       std::vector<int> ranks{0, 1, 2};
+                                       if (comm.rank() == 2) ranks = {0, 1};
+                                       try {
+                                         (void)comm.group(ranks);
+                                       } catch (const tutti::error& e) {
+                                         if (e.kind() == tutti::errc::mismatch) ++mismatches;
+                                         throw;
+                                       }
+                                     }),
+                  tutti::error);
+  CHECK(mismatches.load() == 3);
+}
+
+TEST_CASE("inproc group and split: bad rank lists raise invalid_argument on every rank") {
+  for (const std::vector<int>& bad :
+       {std::vector<int>{0, 0}, std::vector<int>{0, 3}, std::vector<int>{-1}}) {
+    std::atomic<int> invalid{0};
+    CHECK_THROWS_AS(tutti::inproc::run(3,
+                                       [&](auto& comm) {
+                                         try {
+                                           (void)comm.group(bad);
+                                         } catch (const tutti::error& e) {
+                                           if (e.kind() == tutti::errc::invalid_argument) ++invalid;
+                                           throw;
+                                         }
+                                       }),
+                    tutti::error);
+    CHECK(invalid.load() == 3);
+  }
+}
+
+TEST_CASE("inproc split: a rank that fails is named in its group, not waited for") {
+  std::atomic<int> named{0};
+  tutti::options o;
+  o.timeout = std::chrono::seconds(120);  // a missed propagation would show as a timeout
+  CHECK_THROWS_WITH_AS(
+      tutti::inproc::run(
+          4,
+          [&](auto& comm) {
+            auto half = comm.split(comm.rank() % 2, 0);
+            if (comm.rank() == 3) throw std::runtime_error("rank 3 gives up");
+            std::vector<float> v(8, 1.0f);
+            try {
+              half->all_reduce(std::span<float>(v), tutti::sum);
+            } catch (const tutti::error& e) {
+              if (comm.rank() == 1 && e.kind() == tutti::errc::peer_lost && e.peer() == 1) ++named;
+              throw;
+            }
+          },
+          o),
+      "rank 3 gives up", std::runtime_error);
+  CHECK(named.load() == 1);
+}
+
+TEST_CASE("mesh: 2x2, 2x3 and 2x2x2 on inproc; coordinates and sums along every dimension") {
+  const std::vector<std::vector<int>> shapes{{2, 2}, {2, 3}, {3, 2}, {2, 2, 2}, {1, 4}, {5}};
+  for (const auto& shape : shapes) {
+    int p = 1;
+    for (int s : shape) p *= s;
+    CAPTURE(p);
+    first_failure f;
+    tutti::inproc::run(p, [&](auto& comm) {
+      using comm_t = std::remove_reference_t<decltype(comm)>;
+      tutti::mesh<comm_t> m(comm, shape);
+      const int r = comm.rank();
+      // Row-major coordinates: the last dimension varies fastest.
+      int rest = r;
+      for (std::size_t d = shape.size(); d-- > 0;) {
+        if (m.coords()[d] != rest % shape[d]) f.add("coordinate " + std::to_string(d));
+        rest /= shape[d];
+      }
+      if (m.rank_at(m.coords()) != r) f.add("rank_at");
+      for (std::size_t d = 0; d < shape.size(); ++d) {
+        auto& c = m.along(d);
+        if (c.size() != shape[d] || c.rank() != m.coords()[d]) f.add("dimension's rank or size");
+        // The members along d: this rank's coordinates with coordinate d running.
+        std::vector<int> members;
+        std::vector<int> at = m.coords();
+        for (int i = 0; i < shape[d]; ++i) {
+          at[d] = i;
+          members.push_back(m.rank_at(at));
+        }
+        f.add(check_child(c, members));
+      }
+    });
+    CHECK(f.text == "");
+  }
+}
+
+TEST_CASE("mesh: named dimensions, and the arguments it refuses") {
+  tutti::inproc::run(4, [](auto& comm) {
+    using comm_t = std::remove_reference_t<decltype(comm)>;
+    tutti::mesh<comm_t> m(comm, {2, 2}, {"dp", "tp"});
+    CHECK(m.size("dp") == 2);
+    CHECK(m.coord("dp") == comm.rank() / 2);
+    CHECK(m.coord("tp") == comm.rank() % 2);
+    std::vector<int> v{comm.rank()};
+    m["tp"].all_reduce(std::span<int>(v), tutti::sum);
+    CHECK(v[0] == (comm.rank() / 2) * 4 + 1);  // {0,1} -> 1, {2,3} -> 5
+    v = {comm.rank()};
+    m["dp"].all_reduce(std::span<int>(v), tutti::sum);
+    CHECK(v[0] == 2 + 2 * (comm.rank() % 2));  // {0,2} -> 2, {1,3} -> 4
+    CHECK_THROWS_AS((void)m.dim("pp"), tutti::error);
+    CHECK_THROWS_AS((tutti::mesh<comm_t>(comm, {3, 2})), tutti::error);
+    CHECK_THROWS_AS((tutti::mesh<comm_t>(comm, {4, 0, 1})), tutti::error);
+    CHECK_THROWS_AS((tutti::mesh<comm_t>(comm, {2, 2}, {"a"})), tutti::error);
+    CHECK_THROWS_AS((tutti::mesh<comm_t>(comm, {2, 2}, {"a", "a"})), tutti::error);
+  });
+}
+
+TEST_CASE("shm split: every pattern, world sizes 1-8, across processes") {
+  for (int p = 1; p <= 8; ++p) {
+    CAPTURE(p);
+    fork_ranks::temp_dir dir;
+    const auto status = fork_ranks::run_ranks(p, [&](int r) {
+      auto comm = tutti::communicator<tutti::shm>::from_url(dir.url(), r, p);
+      const std::string bad = all_patterns(comm);
+      if (!bad.empty()) std::fprintf(stderr, "%s\n", bad.c_str());
+      // A 2x(p/2) mesh over shm too.
+      if (p % 2 == 0) {
+        tutti::mesh m(comm, {2, p / 2}, {"dp", "tp"});
+        std::vector<int> v{r};
+        m["dp"].all_reduce(std::span<int>(v), tutti::sum);
+        if (v[0] != 2 * (r % (p / 2)) + p / 2) return 2;
+      }
+      return bad.empty() ? 0 : 1;
+    });
+    for (int r = 0; r < p; ++r)
+      CHECK(fork_ranks::exited_with(status[static_cast<std::size_t>(r)], 0));
+  }
+}
+
+TEST_CASE("shm split: a rank killed inside a group is named by its group and by the parent") {
+  fork_ranks::temp_dir dir;
+  split_checks::check_killed_in_group(
+      [&](int r, int n) { return tutti::communicator<tutti::shm>::from_url(dir.url(), r, n); });
+}
