@@ -28,6 +28,7 @@
 #include "tutti/core/ops.hpp"
 #include "tutti/core/options.hpp"
 #include "tutti/core/types.hpp"
+#include "tutti/hosts.hpp"
 #include "tutti/mesh.hpp"
 #include "tutti/run.hpp"
 #include "tutti/transport/concepts.hpp"

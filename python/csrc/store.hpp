@@ -5,14 +5,9 @@
 /// ranks of a group tell each other through it before any transport exists: which host each
 /// runs on.
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <fstream>
 #include <span>
 #include <string>
 #include <string_view>
@@ -24,6 +19,7 @@
 
 #include <tutti/bootstrap/store.hpp>
 #include <tutti/core/error.hpp>
+#include <tutti/detail/host.hpp>
 
 namespace tutti_torch {
 
@@ -95,21 +91,9 @@ class c10d_store final : public tutti::bootstrap::store {
   c10::intrusive_ptr<c10d::Store> s_;
 };
 
-/// What tells two processes' hosts apart: the host name, the kernel's boot id and the network
-/// namespace. Processes in different network namespaces count as different hosts (they may
-/// not share an address to meet at), so `tutti::gloo` serves them; on one host they share
-/// /dev/shm and `tutti::shm` serves them.
-[[nodiscard]] inline std::string host_identity() {
-  std::string id;
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) == 0) id += name;
-  std::ifstream boot("/proc/sys/kernel/random/boot_id");
-  std::string b;
-  if (boot >> b) id += "/" + b;
-  struct stat st {};
-  if (::stat("/proc/self/ns/net", &st) == 0)
-    id += "/net:" + std::to_string(static_cast<unsigned long long>(st.st_ino));
-  return id;
-}
+/// What tells two processes' hosts apart (host name, boot id, network namespace): processes
+/// in different network namespaces count as different hosts, so `tutti::gloo` serves them; on
+/// one host they share /dev/shm and `tutti::shm` serves them.
+using tutti::detail::host_identity;
 
 }  // namespace tutti_torch

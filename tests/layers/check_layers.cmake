@@ -12,7 +12,7 @@
 #   2 bootstrap     tutti/bootstrap/*, tutti/detail/store/*
 #   3 transport     tutti/transport/*, tutti/detail/gloo/*, tutti/detail/nccl/*
 #   4 algorithm     tutti/algorithm/*, tutti/detail/context.hpp, tutti/detail/policy_traits.hpp
-#   5 communicator  tutti/communicator.hpp, tutti/run.hpp, tutti/mesh.hpp,
+#   5 communicator  tutti/communicator.hpp, tutti/run.hpp, tutti/mesh.hpp, tutti/hosts.hpp,
 #                   tutti/detail/communicator*.hpp
 #   6 adapters      tutti/adapters/*
 #   7 umbrella      tutti/tutti.hpp
@@ -42,7 +42,7 @@ function(tutti_layer_of path out)
       "^tutti/bootstrap/" 2
       "^tutti/transport/" 3
       "^tutti/algorithm/" 4
-      "^tutti/(communicator|run|mesh)\\.hpp$" 5
+      "^tutti/(communicator|run|mesh|hosts)\\.hpp$" 5
       "^tutti/adapters/" 6
       "^tutti/tutti\\.hpp$" 7)
   list(LENGTH _rules _n)

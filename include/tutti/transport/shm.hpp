@@ -336,14 +336,21 @@ class shm {
     return shm(detail::shm_join(rank, size, publish, fetch, opts));
   }
 
-  /// This rank's endpoint in the child `p` plans (communicator::split): a segment of its own,
-  /// which the child's rank 0 creates; its name reaches the other members through `exchange`
-  /// (an all-gather over the parent, which every parent rank joins once, members or not).
-  /// The child watches its ranks' processes as any world does, so a rank that dies is named
-  /// there within a sleep slice too.
+  /// This rank's endpoint in the child `p` plans (communicator::split): see join_split.
   [[nodiscard]] std::optional<shm> split(const detail::split_plan& p,
                                          const detail::split_exchange& exchange,
                                          const options& opts) {
+    return join_split(p, exchange, opts);
+  }
+  /// This rank's endpoint in the child `p` plans over any parent on one host (a shm world, or
+  /// the ranks of one host in a gloo world: tutti::split_host): a segment of its own, which the
+  /// child's rank 0 creates; its name reaches the other members through `exchange` (an
+  /// all-gather over the parent, which every parent rank joins once, members or not). The
+  /// child watches its ranks' processes as any world does, so a rank that dies is named there
+  /// within a sleep slice too.
+  [[nodiscard]] static std::optional<shm> join_split(const detail::split_plan& p,
+                                                     const detail::split_exchange& exchange,
+                                                     const options& opts) {
     if (!p.joins()) {
       (void)exchange({});
       return std::nullopt;
