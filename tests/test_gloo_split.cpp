@@ -14,8 +14,10 @@
 #include <doctest/doctest.h>
 
 #include <tutti/bootstrap/spawn.hpp>
+#include <tutti/hosts.hpp>
 #include <tutti/mesh.hpp>
 #include <tutti/transport/gloo.hpp>
+#include <tutti/transport/shm.hpp>
 
 #include "fork_ranks.hpp"
 #include "harness.hpp"
@@ -72,4 +74,17 @@ TEST_CASE("gloo split: a rank killed inside a group is named by its group and by
   fork_ranks::temp_dir dir;
   split_checks::check_killed_in_group(
       [&](int r, int n) { return tutti::communicator<tutti::gloo>::from_url(dir.url(), r, n); });
+}
+
+TEST_CASE("gloo split_host<shm>: the ranks of this host over shared memory, from a gloo world") {
+  const int rc = tutti::spawn(4, [] {
+    auto comm = tutti::communicator<tutti::gloo>::from_env();
+    const tutti::host_map h = tutti::map_hosts(comm);
+    if (h.hosts != 1 || h.local_size != 4 || h.local_rank != comm.rank()) return 1;
+    auto local = tutti::split_host<tutti::shm>(comm);
+    const std::string bad = split_checks::check_child(local, {0, 1, 2, 3});
+    if (!bad.empty()) std::fprintf(stderr, "rank %d: %s\n", comm.rank(), bad.c_str());
+    return bad.empty() ? 0 : 2;
+  });
+  CHECK(rc == 0);
 }

@@ -15,6 +15,7 @@
 #include <doctest/doctest.h>
 
 #include <tutti/algorithm/ring.hpp>
+#include <tutti/hosts.hpp>
 #include <tutti/mesh.hpp>
 #include <tutti/run.hpp>
 #include <tutti/transport/shm.hpp>
@@ -240,4 +241,39 @@ TEST_CASE("shm split: a rank killed inside a group is named by its group and by 
   fork_ranks::temp_dir dir;
   split_checks::check_killed_in_group(
       [&](int r, int n) { return tutti::communicator<tutti::shm>::from_url(dir.url(), r, n); });
+}
+
+TEST_CASE("host map: hosts numbered by their lowest rank, local ranks in rank order") {
+  const std::vector<std::string> ids{"a", "b", "a", "c", "b", "a"};
+  const tutti::host_map m = tutti::detail::map_identities(ids, 4);
+  CHECK(m.host_of == std::vector<int>{0, 1, 0, 2, 1, 0});
+  CHECK(m.local_of == std::vector<int>{0, 0, 1, 0, 1, 2});
+  CHECK(m.count == std::vector<int>{3, 2, 1});
+  CHECK(m.hosts == 3);
+  CHECK(m.host == 1);
+  CHECK(m.local_rank == 1);
+  CHECK(m.local_size == 2);
+  CHECK(!m.uniform());
+  CHECK(m.ranks_on(0) == std::vector<int>{0, 2, 5});
+  CHECK(tutti::detail::map_identities({"x", "y", "y", "x"}, 0).uniform());
+}
+
+TEST_CASE("split_host on one host: every rank, in rank order (inproc threads, shm processes)") {
+  first_failure f;
+  tutti::inproc::run(3, [&](auto& comm) {
+    const tutti::host_map m = tutti::map_hosts(comm);
+    if (m.hosts != 1 || m.local_rank != comm.rank() || m.local_size != 3) f.add("host map");
+    auto local = tutti::split_host(comm);
+    f.add(check_child(local, {0, 1, 2}));
+  });
+  CHECK(f.text == "");
+  fork_ranks::temp_dir dir;
+  const auto status = fork_ranks::run_ranks(3, [&](int r) {
+    auto comm = tutti::communicator<tutti::shm>::from_url(dir.url(), r, 3);
+    auto local = tutti::split_host<tutti::shm, tutti::ring>(comm);
+    std::vector<int> v{r};
+    local.all_reduce(std::span<int>(v), tutti::sum);
+    return v[0] == 3 && local.rank() == r ? 0 : 1;
+  });
+  for (int st : status) CHECK(fork_ranks::exited_with(st, 0));
 }

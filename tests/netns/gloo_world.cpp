@@ -1,7 +1,8 @@
 // One rank of a tutti::gloo world, for the multi-host test (run.sh starts one per network
 // namespace, with the launcher variables a multi-host torchrun would set: LOCAL_WORLD_SIZE=1,
 // MASTER_ADDR = rank 0's address).
-//   gloo_world check      every policy's collectives, exact values, small and 4 MiB messages
+//   gloo_world check      every policy's collectives, exact values, small and 4 MiB messages;
+//                         the host map, split_host over shm, a split across hosts
 //   gloo_world kill <k>   rank k kills itself mid-loop; the others must raise peer_lost naming
 //                         it within 1 s (exit 0 if they do)
 // Exit status 0 = everything as expected; prints one line per finding otherwise.
@@ -95,6 +96,43 @@ int kill_mode(int victim) {
 
 }  // namespace
 
+/// Across hosts: each rank is a host of its own (one per namespace), so split_host gives a
+/// world of one over shared memory; a parity split over gloo between namespaces, keys
+/// reversed, sums exactly its members' ranks.
+int check_groups() {
+  auto comm = tutti::communicator<tutti::gloo>::from_env();
+  const int p = comm.size(), r = comm.rank();
+  int bad = 0;
+  const tutti::host_map h = tutti::map_hosts(comm);
+  if (h.hosts != p || h.local_size != 1 || h.local_rank != 0 || h.host != r) {
+    std::printf("rank %d: host map: %d hosts, host %d, local %d of %d\n", r, h.hosts, h.host,
+                h.local_rank, h.local_size);
+    ++bad;
+  }
+  auto local = tutti::split_host<tutti::shm>(comm);
+  std::vector<int> one{r};
+  local.all_reduce(std::span<int>(one), tutti::sum);
+  if (local.size() != 1 || one[0] != r) {
+    std::printf("rank %d: split_host over shm: size %d, sum %d\n", r, local.size(), one[0]);
+    ++bad;
+  }
+  auto half = comm.split(r % 2, -r);
+  std::vector<int> v{r, 1};
+  half->all_reduce(std::span<int>(v), tutti::sum);
+  int sum = 0, count = 0, above = 0;
+  for (int q = r % 2; q < p; q += 2) {
+    sum += q;
+    ++count;
+    if (q > r) ++above;
+  }
+  if (v[0] != sum || v[1] != count || half->rank() != above) {
+    std::printf("rank %d: parity split: sum %d of %d, rank %d of %d\n", r, v[0], sum, half->rank(),
+                half->size());
+    ++bad;
+  }
+  return bad;
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "check";
   try {
@@ -105,7 +143,7 @@ int main(int argc, char** argv) {
     }
     int bad = check_policy<tutti::ring>() + check_policy<tutti::tree>() +
               check_policy<tutti::recursive_halving>() + check_policy<tutti::native>() +
-              check_policy<tutti::automatic>();
+              check_policy<tutti::automatic>() + check_groups();
     return bad == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::printf("error: %s\n", e.what());
