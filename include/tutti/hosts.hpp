@@ -23,58 +23,6 @@
 
 namespace tutti::inline v0 {
 
-/// Where a communicator's ranks run. Hosts are numbered in the order of their lowest rank;
-/// ranks on a host are numbered (local rank) in the order of their ranks. A host is a host
-/// name, kernel boot and network namespace (detail/host.hpp).
-struct host_map {
-  std::vector<int> host_of;   ///< each rank's host
-  std::vector<int> local_of;  ///< each rank's local rank on its host
-  std::vector<int> count;     ///< ranks per host
-  int hosts = 0;              ///< how many hosts
-  int host = 0;               ///< this rank's host
-  int local_rank = 0;         ///< this rank's local rank
-  int local_size = 0;         ///< ranks on this rank's host
-  /// Whether every host holds the same number of ranks (what hierarchical schedules want).
-  [[nodiscard]] bool uniform() const noexcept {
-    for (int c : count)
-      if (c != count.front()) return false;
-    return true;
-  }
-  /// The ranks on host `h`, in local-rank order.
-  [[nodiscard]] std::vector<int> ranks_on(int h) const {
-    std::vector<int> out;
-    for (std::size_t r = 0; r < host_of.size(); ++r)
-      if (host_of[r] == h) out.push_back(static_cast<int>(r));
-    return out;
-  }
-};
-
-namespace detail {
-/// The host map from every rank's host identity (index = rank), as seen by rank `me`.
-[[nodiscard]] inline host_map map_identities(const std::vector<std::string>& ids, int me) {
-  host_map m;
-  const std::size_t p = ids.size();
-  m.host_of.assign(p, -1);
-  m.local_of.assign(p, 0);
-  for (std::size_t r = 0; r < p; ++r) {
-    if (m.host_of[r] >= 0) continue;
-    const int h = m.hosts++;
-    int local = 0;
-    for (std::size_t q = r; q < p; ++q)
-      if (ids[q] == ids[r]) {
-        m.host_of[q] = h;
-        m.local_of[q] = local++;
-      }
-    m.count.push_back(local);
-  }
-  const auto i = static_cast<std::size_t>(me);
-  m.host = m.host_of[i];
-  m.local_rank = m.local_of[i];
-  m.local_size = m.count[static_cast<std::size_t>(m.host)];
-  return m;
-}
-}  // namespace detail
-
 /// Which of `comm`'s ranks share a host. Collective over `comm` (host memory: every transport
 /// but nccl); the same map on every rank.
 template <class Comm>

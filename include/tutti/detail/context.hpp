@@ -14,22 +14,11 @@
 #include "tutti/detail/algo_table.hpp"
 #include "tutti/detail/blocks.hpp"
 #include "tutti/detail/call.hpp"
+#include "tutti/detail/scratch.hpp"
 #include "tutti/detail/wait.hpp"
 #include "tutti/transport/concepts.hpp"
 
 namespace tutti::inline v0::detail {
-
-/// Scratch buffers a communicator keeps between calls, so steady-state calls do not allocate.
-struct scratch_space {
-  std::vector<std::byte> algo;
-  std::vector<std::byte> staging;
-  std::uint64_t segment_rounds = 0;  // alternates the shared segment's halves between rounds
-
-  static std::byte* grow(std::vector<std::byte>& v, std::size_t bytes) {
-    if (v.size() < bytes) v.resize(bytes);
-    return v.data();
-  }
-};
 
 template <class Transport>
 class context {

@@ -21,6 +21,14 @@ struct cost_model {
   /// for messages, and tutti::automatic weighs the work of every rank of that host, not only
   /// the slowest rank's path (a policy's `crowded_all_reduce`). 0: not known (not crowded).
   double ranks_per_cpu = 0.0;
+  /// A world across hosts with shared memory inside each (tutti::layered): its hosts and ranks
+  /// per host (every host alike; 0: a flat world), and α and β of a message inside a host
+  /// (alpha_us and beta_us_per_byte above are then those of a message between hosts, through
+  /// one host's link, which all its ranks share).
+  int hosts = 0;
+  int ranks_per_host = 0;
+  double local_alpha_us = 0.0;
+  double local_beta_us_per_byte = 0.0;
 
   friend bool operator==(const cost_model&, const cost_model&) = default;
 };
@@ -73,6 +81,21 @@ struct cost_inputs {
     cost_model u = m;
     u.ranks_per_cpu = 0;
     return {n, ranks, u, segment, slot_bytes};
+  }
+  /// Whether the world spans hosts in two levels (tutti::layered): m's α and β are then a
+  /// host link's, and local_alpha_us, local_beta_us_per_byte a message's inside a host.
+  [[nodiscard]] bool across_hosts() const noexcept { return m.hosts > 1 && m.ranks_per_host > 0; }
+  /// The same call as a flat schedule over every rank sees it: each step waits for its
+  /// slowest message, so α and β are the larger of the link's and a host's; and where the
+  /// step has every rank of a host send to other hosts at once (`shares_links`), they split the
+  /// host's link: β × ranks per host.
+  [[nodiscard]] cost_inputs flat_across_hosts(bool shares_links) const noexcept {
+    cost_model s = m;
+    const double share = shares_links ? m.ranks_per_host : 1;
+    s.alpha_us = std::max(m.alpha_us, m.local_alpha_us);
+    s.beta_us_per_byte = std::max(m.beta_us_per_byte * share, m.local_beta_us_per_byte);
+    s.hosts = 0;
+    return {n, ranks, s, segment, slot_bytes};
   }
   /// β-time of one message of `bytes`.
   [[nodiscard]] double msg(double bytes) const noexcept { return bytes * m.beta_us_per_byte; }

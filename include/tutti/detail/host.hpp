@@ -5,8 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <string>
+#include <vector>
 
+#include "tutti/core/options.hpp"
 #include "tutti/detail/cma.hpp"
 
 namespace tutti::inline v0::detail {
@@ -14,8 +17,11 @@ namespace tutti::inline v0::detail {
 /// This process's host: the host name, the kernel's boot id and the network namespace.
 /// Processes in different network namespaces count as different hosts (they may not share an
 /// address to meet at, and tests/netns makes "hosts" so); processes with one identity share
-/// /dev/shm and the machine's memory.
+/// /dev/shm and the machine's memory. TUTTI_HOST, where set, names the host instead (for
+/// containers that hide what tells hosts apart, or to group ranks of one machine as if on
+/// several: all still share /dev/shm, so shared memory works between any of them).
 [[nodiscard]] inline std::string host_identity() {
+  if (std::string named = env_string("TUTTI_HOST"); !named.empty()) return "TUTTI_HOST=" + named;
   std::string id;
   char name[256] = {};
   if (::gethostname(name, sizeof name - 1) == 0) id += name;
@@ -27,3 +33,66 @@ namespace tutti::inline v0::detail {
 }
 
 }  // namespace tutti::inline v0::detail
+
+namespace tutti::inline v0 {
+
+/// Where a communicator's ranks run (tutti::map_hosts, tutti::layered). Hosts are numbered in
+/// the order of their lowest rank; ranks on a host are numbered (local rank) in rank order.
+struct host_map {
+  std::vector<int> host_of;   ///< each rank's host
+  std::vector<int> local_of;  ///< each rank's local rank on its host
+  std::vector<int> count;     ///< ranks per host
+  int hosts = 0;              ///< how many hosts
+  int host = 0;               ///< this rank's host
+  int local_rank = 0;         ///< this rank's local rank
+  int local_size = 0;         ///< ranks on this rank's host
+  /// Whether every host holds the same number of ranks (what hierarchical schedules need).
+  [[nodiscard]] bool uniform() const noexcept {
+    for (int c : count)
+      if (c != count.front()) return false;
+    return true;
+  }
+  /// The ranks on host `h`, in local-rank order.
+  [[nodiscard]] std::vector<int> ranks_on(int h) const {
+    std::vector<int> out;
+    for (std::size_t r = 0; r < host_of.size(); ++r)
+      if (host_of[r] == h) out.push_back(static_cast<int>(r));
+    return out;
+  }
+  /// The ranks with local rank `l`, one per host that has it, in host order.
+  [[nodiscard]] std::vector<int> ranks_with_local(int l) const {
+    std::vector<int> out;
+    for (int h = 0; h < hosts; ++h)
+      for (std::size_t r = 0; r < host_of.size(); ++r)
+        if (host_of[r] == h && local_of[r] == l) out.push_back(static_cast<int>(r));
+    return out;
+  }
+};
+
+namespace detail {
+/// The host map from every rank's host identity (index = rank), as seen by rank `me`.
+[[nodiscard]] inline host_map map_identities(const std::vector<std::string>& ids, int me) {
+  host_map m;
+  const std::size_t p = ids.size();
+  m.host_of.assign(p, -1);
+  m.local_of.assign(p, 0);
+  for (std::size_t r = 0; r < p; ++r) {
+    if (m.host_of[r] >= 0) continue;
+    const int h = m.hosts++;
+    int local = 0;
+    for (std::size_t q = r; q < p; ++q)
+      if (ids[q] == ids[r]) {
+        m.host_of[q] = h;
+        m.local_of[q] = local++;
+      }
+    m.count.push_back(local);
+  }
+  const auto i = static_cast<std::size_t>(me);
+  m.host = m.host_of[i];
+  m.local_rank = m.local_of[i];
+  m.local_size = m.count[static_cast<std::size_t>(m.host)];
+  return m;
+}
+}  // namespace detail
+
+}  // namespace tutti::inline v0

@@ -31,6 +31,7 @@
 #error "tutti::gloo needs a Gloo built with its TCP transport"
 #endif
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -39,6 +40,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <gloo/rendezvous/context.h>
 
@@ -122,6 +124,24 @@ class gloo {
   }
   /// Ranks of this world on this rank's machine, this one included (same kernel boot).
   [[nodiscard]] int host_ranks() const noexcept { return s_->host_ranks; }
+  /// Every rank's host (detail/host.hpp: host name, boot id, network namespace, or
+  /// TUTTI_HOST), exchanged when the world connected; index = rank.
+  [[nodiscard]] const std::vector<std::string>& host_ids() const noexcept { return s_->host_ids; }
+  /// An all-gather of one string per rank through this world's store, under keys named by
+  /// `tag` (each tag once per world), each read bounded by `timeout`: for joining another
+  /// transport's world beside this one (tutti::layered) before any collective runs.
+  [[nodiscard]] detail::split_exchange store_exchange(const std::string& tag,
+                                                      std::chrono::milliseconds timeout) const {
+    return [s = s_, tag, timeout](const std::string& mine) {
+      const auto key = [&](int q) { return s->prefix + "x/" + tag + "/" + std::to_string(q); };
+      s->store->set_string(key(s->rank), mine);
+      std::vector<std::string> all(static_cast<std::size_t>(s->size));
+      for (int q = 0; q < s->size; ++q)
+        all[static_cast<std::size_t>(q)] =
+            q == s->rank ? mine : s->store->get_string(key(q), timeout);
+      return all;
+    };
+  }
   /// `costs` with what this world found at run time, for tutti::automatic: single copies' α
   /// and β where every pair has them (a world on one host), and the ranks per CPU of its most
   /// crowded machine. The same on every rank.
@@ -161,6 +181,12 @@ class gloo {
   /// and mismatched calls; a closed connection raises errc::peer_lost naming the peer.
   void wait(request& r, const detail::call& c, detail::clock::time_point deadline) {
     detail::gloo_wait(*s_, r.m_, c, deadline);
+  }
+
+  /// Fails every rank's current and future waits: records why in the store and closes this
+  /// rank's connections (each peer raises at once, naming this rank).
+  void abort(errc code, const std::string& what) {
+    detail::gloo_abort_world(*s_, {code, s_->rank, -1, what});
   }
 
   /// Gloo's connections carry no call board; mismatches are checked on slow waits (poll).

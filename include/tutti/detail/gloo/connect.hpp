@@ -33,6 +33,7 @@
 #include "tutti/detail/gloo/state.hpp"
 #include "tutti/detail/gloo/waker.hpp"
 #include "tutti/detail/gloo_support.hpp"
+#include "tutti/detail/host.hpp"
 #include "tutti/detail/text_fields.hpp"
 #include "tutti/detail/wait.hpp"
 
@@ -128,24 +129,36 @@ inline void gloo_post_sentinels(gloo_state& st) {
   }
 }
 
-/// Every rank publishes its machine's boot id and CPU count ("<boot id> <cpus>"); every rank
-/// reads them all, so all find the same ranks per CPU on the most crowded machine (the
-/// machine's online CPUs, which every process on it sees alike: a process's own affinity
-/// may differ between ranks). Counts the ranks on this machine.
+/// Every rank publishes its machine's boot id and CPU count and its host identity
+/// ("<boot id> <cpus> <host>", detail/host.hpp); every rank reads them all, so all find the
+/// same ranks per CPU on the most crowded machine (the machine's online CPUs, which every
+/// process on it sees alike: a process's own affinity may differ between ranks) and the same
+/// host of every rank (gloo_state::host_ids). Counts the ranks on this machine.
 inline void gloo_count_host_ranks(gloo_state& st, clock::time_point deadline) {
+  st.host_ids.assign(static_cast<std::size_t>(st.size), host_identity());
   if (st.size == 1) return;
   const std::string boot = boot_id();
   const unsigned hw = std::thread::hardware_concurrency();
   const auto key = [&](int q) { return st.prefix + "host/" + std::to_string(q); };
-  st.store->set_string(key(st.rank),
-                       boot.empty() || hw == 0 ? "?" : boot + " " + std::to_string(hw));
+  st.store->set_string(
+      key(st.rank),
+      (boot.empty() || hw == 0 ? "? 0" : boot + " " + std::to_string(hw)) + " " + host_identity());
   std::map<std::string, std::pair<int, unsigned>, std::less<>> hosts;  // ranks, CPUs
   for (int q = 0; q < st.size; ++q) {
     const std::string v = st.store->get_string(key(q), gloo_left(deadline));
     std::string_view rest = v;
     const auto id = next_field(rest, false);
-    const auto cpus = next_integer<unsigned>(rest, true);
-    if (!id || id->empty() || !cpus || *cpus == 0) continue;  // unknown: not counted
+    const auto cpus = next_integer<unsigned>(rest, false);
+    // The rest is the host, whatever it holds (TUTTI_HOST may have spaces); unreadable: a host
+    // of its own.
+    std::string& host = st.host_ids[static_cast<std::size_t>(q)];
+    if (cpus && !rest.empty()) {
+      host = rest;
+    } else {
+      host = "?";
+      host += std::to_string(q);
+    }
+    if (!id || id->empty() || *id == "?" || !cpus || *cpus == 0) continue;  // unknown: not counted
     auto& h = hosts[std::string(*id)];
     ++h.first;
     h.second = std::max(h.second, *cpus);

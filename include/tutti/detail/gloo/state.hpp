@@ -92,6 +92,7 @@ struct gloo_state {
   /// Ranks of this world on this machine (this one included), and whether they outnumber the
   /// CPUs this process may use (detail::oversubscribed; waits spin less).
   int host_ranks = 1;
+  std::vector<std::string> host_ids;  // every rank's host (detail/host.hpp), learnt at connect
   bool oversubscribed = false;
   /// Ranks per CPU on the world's most crowded machine; the same on every rank (costs).
   double ranks_per_cpu = 0;
