@@ -12,6 +12,7 @@
 
 #include "tutti/algorithm/bruck.hpp"
 #include "tutti/algorithm/direct.hpp"
+#include "tutti/algorithm/hierarchical.hpp"
 #include "tutti/algorithm/native.hpp"
 #include "tutti/algorithm/recursive_doubling.hpp"
 #include "tutti/algorithm/recursive_halving.hpp"
@@ -66,8 +67,16 @@ template <class T>
 /// Predicted microseconds of policy `P` for collective `k`: the policy's own `cost`; for
 /// all_reduce on a crowded host its `crowded_all_reduce`, or, for a policy without one, its
 /// path stretched by the ranks per CPU. Infinite where P predicts nothing.
+/// On a world across hosts (cost_inputs::across_hosts), a flat policy sees the slower of the
+/// two levels, and a host's link split among its ranks unless its schedule crosses each host
+/// boundary once each way (`one_flow_per_link`: ring, with ranks numbered host by host); a
+/// policy that prices the levels itself (`prices_levels`: hierarchical) sees them as they are.
 template <class P>
 [[nodiscard]] double predicted_cost(collective k, const cost_inputs& in) noexcept {
+  if constexpr (!requires { P::prices_levels; }) {
+    if (in.across_hosts())
+      return predicted_cost<P>(k, in.flat_across_hosts(!requires { P::one_flow_per_link; }));
+  }
   if (k == collective::all_reduce && in.crowded()) {
     if constexpr (requires { P::crowded_all_reduce(in); })
       return P::crowded_all_reduce(in);
@@ -85,14 +94,6 @@ template <class P>
 #pragma nv_diagnostic push
 #pragma nv_diag_suppress 445
 #endif
-
-namespace detail {
-/// `P`, as a type that depends on `T`: a name looked up in it waits for instantiation.
-template <class P, class T>
-struct dependent {
-  using type = P;
-};
-}  // namespace detail
 
 /// Picks, per call, the cheapest of the policies in `Candidates` (a detail::policy_list) by
 /// their own `cost`, unless TUTTI_ALGO names one. tutti::automatic is the built-in list; a
@@ -263,9 +264,10 @@ struct basic_automatic {
 };
 
 /// The default policy: chooses among every built-in policy. A new built-in policy is added
-/// to this list (and nowhere else).
-using automatic = basic_automatic<
-    detail::policy_list<ring, tree, recursive_halving, recursive_doubling, direct, bruck>>;
+/// to this list (and nowhere else; a flat one also to detail::flat_policies).
+using automatic =
+    basic_automatic<detail::policy_list<ring, tree, recursive_halving, recursive_doubling, direct,
+                                        bruck, hierarchical>>;
 
 #ifdef __NVCC__
 #pragma nv_diagnostic pop

@@ -20,6 +20,9 @@ struct ring {
   static constexpr const char* name = "ring";
   /// Chain broadcast segment: small enough to pipeline, large enough to amortise α.
   static constexpr std::size_t broadcast_segment = std::size_t{256} << 10;
+  /// Across hosts whose ranks are numbered host by host, the ring crosses each host boundary
+  /// once each way: its steps do not split a host's link (automatic.hpp, predicted_cost).
+  static constexpr bool one_flow_per_link = true;
 
   /// Predicted microseconds of collective `k` (nullopt: not implemented here).
   [[nodiscard]] static std::optional<double> cost(detail::collective k,

@@ -61,6 +61,12 @@ concept has_all_to_allv =
 template <class A, class T>
 concept has_barrier = requires(context<T>& c) { A::barrier(c); };
 
+/// `P`, as a type that depends on `T`: a name looked up in it waits for instantiation.
+template <class P, class T>
+struct dependent {
+  using type = P;
+};
+
 /// A list of policies, each with a static `name`: what a chooser (tutti::automatic) iterates
 /// for the cost argmin, for TUTTI_ALGO's names and for dispatch. A policy's index is its
 /// position here.
