@@ -3,6 +3,8 @@
 // MASTER_ADDR = rank 0's address).
 //   gloo_world check      every policy's collectives, exact values, small and 4 MiB messages;
 //                         the host map, split_host over shm, a split across hosts
+//   gloo_world cluster    (two ranks per namespace) tutti::cluster's levels; hierarchical and
+//                         automatic all_reduce and broadcast, exact values
 //   gloo_world kill <k>   rank k kills itself mid-loop; the others must raise peer_lost naming
 //                         it within 1 s (exit 0 if they do)
 // Exit status 0 = everything as expected; prints one line per finding otherwise.
@@ -10,6 +12,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include <tutti/algorithm/hierarchical.hpp>
+#include <tutti/transport/cluster.hpp>
 #include <tutti/transport/gloo.hpp>
 #include <tutti/tutti.hpp>
 
@@ -133,12 +138,51 @@ int check_groups() {
   return bad;
 }
 
+/// Two ranks per namespace: tutti::cluster finds the hosts (one per namespace), joins each
+/// host's ranks over shm and the ranks with equal local rank across hosts over gloo, and
+/// hierarchical and automatic sum exactly.
+template <class P>
+int check_cluster() {
+  auto comm = tutti::communicator<tutti::cluster, P>::from_env();
+  const int p = comm.size(), r = comm.rank();
+  auto& t = comm.transport();
+  int bad = 0;
+  const int per_host = std::atoi(std::getenv("LOCAL_WORLD_SIZE"));
+  if (!t.two_level() || t.hosts().hosts != p / per_host || t.local().size() != per_host) {
+    std::printf("rank %d: %s levels: %d hosts, %d on this one\n", r, P::name, t.hosts().hosts,
+                t.local().size());
+    ++bad;
+  }
+  for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{1} << 20}) {
+    std::vector<std::int64_t> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = (r + 1) * static_cast<std::int64_t>(i % 7);
+    comm.all_reduce(std::span<std::int64_t>(v), tutti::sum);
+    for (std::size_t i = 0; i < n; ++i)
+      if (v[i] != std::int64_t{p} * (p + 1) / 2 * static_cast<std::int64_t>(i % 7)) {
+        std::printf("rank %d: %s cluster all_reduce n=%zu wrong at %zu\n", r, P::name, n, i);
+        ++bad;
+        break;
+      }
+    for (int root = 0; root < p; ++root) {
+      std::vector<int> b(n, r == root ? root : -1);
+      comm.broadcast(std::span<int>(b), root);
+      if (b[n - 1] != root || b[0] != root) {
+        std::printf("rank %d: %s cluster broadcast from %d wrong\n", r, P::name, root);
+        ++bad;
+      }
+    }
+  }
+  return bad;
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "check";
   try {
     if (mode == "kill" && argc > 2) return kill_mode(std::atoi(argv[2]));
+    if (mode == "cluster")
+      return check_cluster<tutti::hierarchical>() + check_cluster<tutti::automatic>() == 0 ? 0 : 1;
     if (mode != "check") {
-      std::fprintf(stderr, "usage: gloo_world check | kill <rank>\n");
+      std::fprintf(stderr, "usage: gloo_world check | cluster | kill <rank>\n");
       return 2;
     }
     int bad = check_policy<tutti::ring>() + check_policy<tutti::tree>() +

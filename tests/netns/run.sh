@@ -3,7 +3,9 @@
 # its own, so the host's network is untouched), one rank per namespace on 10.77.<k>.1-4, each
 # started with the variables a multi-host launcher sets (LOCAL_WORLD_SIZE=1, MASTER_ADDR =
 # rank 0's address). Runs `gloo_world check` without and with a netem delay (5 ms each way),
-# then `gloo_world kill 3`. Everything it made is removed on exit.
+# `gloo_world cluster` with two ranks in each of two namespaces (tutti::cluster: shm inside a
+# namespace, gloo between), again on links shaped to 1 Gbit/s with tbf and with 4 hosts of one
+# rank, then `gloo_world kill 3`. Everything it made is removed on exit.
 #   run.sh <path to gloo_world>
 # Exit 0: passed; 77: skipped (no root, no `ip netns`, ...), with the reason on stdout.
 set -uo pipefail
@@ -75,6 +77,44 @@ if ip netns exec "${tag}r0" tc qdisc add dev eth0 root netem delay 5ms 2>/dev/nu
   for ((r = 0; r < n; r++)); do ip netns exec "${tag}r$r" tc qdisc del dev eth0 root; done
 else
   echo "== netem delay: SKIPPED (this kernel has no netem qdisc: 'tc qdisc add ... netem' failed)"
+fi
+# L ranks in each of the first H namespaces: H hosts of L ranks (tutti::cluster).
+#   run_hosts H L <gloo_world args>
+run_hosts() {
+  local hosts=$1 per=$2 port=$((20000 + RANDOM % 20000)) pids=() rc=0 k=0
+  shift 2
+  for ((h = 0; h < hosts; h++)); do
+    for ((l = 0; l < per; l++)); do
+      ip netns exec "${tag}r$h" env RANK=$((per * h + l)) WORLD_SIZE=$((hosts * per)) LOCAL_RANK=$l \
+        LOCAL_WORLD_SIZE=$per MASTER_ADDR="10.77.$subnet.1" MASTER_PORT=$port TUTTI_TIMEOUT=60 \
+        timeout 300 "$prog" "$@" >"/tmp/$tag.out.$k" 2>&1 &
+      pids+=($!)
+      k=$((k + 1))
+    done
+  done
+  for ((k = 0; k < hosts * per; k++)); do
+    wait "${pids[$k]}"
+    local st=$?
+    sed "s/^/    rank $k: /" "/tmp/$tag.out.$k"
+    rm -f "/tmp/$tag.out.$k"
+    [[ $st == 0 ]] || { echo "    rank $k exited with $st"; rc=1; }
+  done
+  return $rc
+}
+echo "== 2 hosts (namespaces) x 2 ranks: gloo_world cluster (shm inside, gloo across)"
+run_hosts 2 2 cluster || fail=1
+# Every host's link shaped to 1 Gbit/s with tbf (this kernel has tbf and htb, not netem).
+if ip netns exec "${tag}r0" tc qdisc add dev eth0 root tbf rate 1gbit burst 256kb latency 50ms \
+  2>/dev/null; then
+  for ((r = 1; r < n; r++)); do
+    ip netns exec "${tag}r$r" tc qdisc add dev eth0 root tbf rate 1gbit burst 256kb latency 50ms
+  done
+  echo "== the same, and 4 hosts x 1 rank, every link shaped to 1 Gbit/s (tbf)"
+  run_hosts 2 2 cluster || fail=1
+  run_hosts 4 1 cluster || fail=1
+  for ((r = 0; r < n; r++)); do ip netns exec "${tag}r$r" tc qdisc del dev eth0 root; done
+else
+  echo "== tbf shaping: SKIPPED ('tc qdisc add ... tbf' failed)"
 fi
 echo "== rank 3 killed mid-loop: the others raise peer_lost naming it within 1 s"
 run_world kill 3 || fail=1

@@ -1,0 +1,151 @@
+// tutti::cluster (layered<shm, gloo>) and tutti::hierarchical across processes on this machine,
+// its ranks grouped into hosts with TUTTI_HOST (every "host" still shares /dev/shm: the levels
+// are real shm and gloo worlds, only the grouping is chosen): the host map and levels, every
+// collective through hierarchical and automatic with exact values at several host shapes,
+// uneven hosts (flat), and a rank killed inside a host. Across network namespaces, the same
+// runs in tests/netns (gloo_world cluster).
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include <tutti/algorithm/hierarchical.hpp>
+#include <tutti/bootstrap/spawn.hpp>
+#include <tutti/transport/cluster.hpp>
+
+#include "fork_ranks.hpp"
+#include "split_checks.hpp"
+
+namespace {
+
+/// Puts rank r (of RANK) on host hosts_of[r] before it joins.
+void place(const std::vector<int>& hosts_of) {
+  const int r = std::atoi(std::getenv("RANK"));
+  ::setenv("TUTTI_HOST", ("h" + std::to_string(hosts_of[static_cast<std::size_t>(r)])).c_str(), 1);
+}
+
+/// all_reduce (sum, avg), broadcast and reduce from every root, at counts around the ranks per
+/// host; the first wrong value, or "".
+template <class Comm>
+std::string check_rooted(Comm& comm) {
+  const int p = comm.size(), r = comm.rank();
+  for (std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{1000}, std::size_t{1} << 18}) {
+    std::vector<std::int64_t> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = (r + 1) * static_cast<std::int64_t>(i % 97);
+    comm.all_reduce(std::span<std::int64_t>(v), tutti::sum);
+    for (std::size_t i = 0; i < n; ++i)
+      if (v[i] != static_cast<std::int64_t>(p) * (p + 1) / 2 * static_cast<std::int64_t>(i % 97))
+        return "all_reduce n=" + std::to_string(n) + " at " + std::to_string(i);
+    std::vector<double> a(n, 2.0 * r);
+    comm.all_reduce(std::span<double>(a), tutti::avg);
+    for (double x : a)
+      if (x != p - 1.0) return "all_reduce avg n=" + std::to_string(n);
+    for (int root = 0; root < p; ++root) {
+      std::vector<int> b(n, r == root ? root + 100 : -1);
+      comm.broadcast(std::span<int>(b), root);
+      for (int x : b)
+        if (x != root + 100) return "broadcast root " + std::to_string(root);
+      std::vector<int> in(n, r + 1), out(n, -1);
+      comm.reduce(std::span<const int>(in), std::span<int>(out), tutti::sum, root);
+      if (r == root)
+        for (int x : out)
+          if (x != p * (p + 1) / 2) return "reduce root " + std::to_string(root);
+    }
+  }
+  return {};
+}
+
+/// Runs p ranks on the hosts `hosts_of` names, each checking the levels and every collective
+/// through P; returns spawn's status.
+template <class P>
+int run_shape(const std::vector<int>& hosts_of) {
+  return tutti::spawn(static_cast<int>(hosts_of.size()), [hosts_of] {
+    place(hosts_of);
+    auto comm = tutti::communicator<tutti::cluster, P>::from_env();
+    const int p = comm.size(), r = comm.rank();
+    auto& t = comm.transport();
+    const tutti::host_map& h = t.hosts();
+    std::string bad;
+    if (h.host_of[static_cast<std::size_t>(r)] != h.host || t.local().size() != h.local_size ||
+        t.local().rank() != h.local_rank)
+      bad = "the host level";
+    if (t.two_level() != h.uniform()) bad = "two_level";
+    if (t.two_level() && (t.cross().size() != h.hosts || t.cross().rank() != h.host))
+      bad = "the cross level";
+    std::vector<int> all(static_cast<std::size_t>(p));
+    for (int q = 0; q < p; ++q) all[static_cast<std::size_t>(q)] = q;
+    if (bad.empty()) bad = split_checks::check_child(comm, all);
+    if (bad.empty()) bad = check_rooted(comm);
+    if (!bad.empty()) std::fprintf(stderr, "rank %d (%s): %s\n", r, P::name, bad.c_str());
+    return bad.empty() ? 0 : 1;
+  });
+}
+
+}  // namespace
+
+TEST_CASE("cluster: hierarchical and automatic at host shapes 2x2, 3x2, 2x3, 4x1, 1x4") {
+  const std::vector<std::vector<int>> shapes{
+      {0, 0, 1, 1}, {0, 0, 1, 1, 2, 2}, {0, 1, 0, 1, 0, 1}, {0, 1, 2, 3}, {0, 0, 0, 0}};
+  for (const auto& shape : shapes) {
+    CAPTURE(shape.size());
+    CAPTURE(shape[1]);
+    CHECK(run_shape<tutti::hierarchical>(shape) == 0);
+    CHECK(run_shape<tutti::automatic>(shape) == 0);
+  }
+}
+
+TEST_CASE("cluster: hosts with different numbers of ranks run flat, with the same results") {
+  CHECK(run_shape<tutti::hierarchical>({0, 0, 1}) == 0);
+  CHECK(run_shape<tutti::hierarchical>({1, 0, 0, 2, 1}) == 0);
+}
+
+TEST_CASE("cluster: automatic predicts hierarchical for large all_reduces across hosts") {
+  tutti::cost_model m = tutti::gloo::costs;
+  m.hosts = 2;
+  m.ranks_per_host = 2;
+  m.local_alpha_us = tutti::shm::costs.alpha_us;
+  m.local_beta_us_per_byte = tutti::shm::costs.beta_us_per_byte;
+  const auto big = tutti::detail::cost_inputs(64 << 20, 4, m);
+  const double hier = tutti::detail::predicted_cost<tutti::hierarchical>(
+      tutti::detail::collective::all_reduce, big);
+  const double ring =
+      tutti::detail::predicted_cost<tutti::ring>(tutti::detail::collective::all_reduce, big);
+  CHECK(hier < ring);
+  tutti::cost_model flat = tutti::gloo::costs;
+  CHECK(!tutti::hierarchical::cost(tutti::detail::collective::all_reduce,
+                                   tutti::detail::cost_inputs(64 << 20, 4, flat))
+             .has_value());
+}
+
+TEST_CASE("cluster: a rank killed mid all_reduce is named, by world rank, on every level") {
+  fork_ranks::shared_report rep;
+  const int n = 4;
+  fork_ranks::temp_dir dir;
+  const auto status = fork_ranks::run_ranks(n, [&](int r) {
+    ::setenv("TUTTI_HOST", r < 2 ? "h0" : "h1", 1);
+    auto comm = tutti::communicator<tutti::cluster, tutti::hierarchical>::from_url(dir.url(), r, n);
+    std::vector<float> v(1 << 16, 1.0f);
+    return fork_ranks::expect_error(rep.operator->(), r, [&] {
+      for (int i = 0;; ++i) {
+        if (r == 3 && i == 5) raise(SIGKILL);
+        comm.all_reduce(std::span<float>(v), tutti::max);
+      }
+    });
+  });
+  CHECK(WIFSIGNALED(status[3]));
+  for (int r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    CAPTURE(std::string(rep->what[r]));
+    CHECK(fork_ranks::exited_with(status[static_cast<std::size_t>(r)], 0));
+    // Rank 3's host neighbour (2) and its partner across hosts (1) see it die; rank 0 hears
+    // of it through an abort, or sees it in the world.
+    if (r != 0) CHECK(rep->peer[r] == 3);
+  }
+}
