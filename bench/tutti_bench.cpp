@@ -30,7 +30,7 @@ namespace {
 namespace tb = tutti_bench;
 
 #ifdef TUTTI_HAVE_GLOO
-constexpr std::array<std::string_view, 3> transports{"shm", "inproc", "gloo"};
+constexpr std::array<std::string_view, 4> transports{"shm", "inproc", "gloo", "cluster"};
 #else
 constexpr std::array<std::string_view, 2> transports{"shm", "inproc"};
 #endif
@@ -39,6 +39,7 @@ int run_tutti(const tb::options& o) {
   if (o.transport == "inproc") return tb::run_inproc(o);
 #ifdef TUTTI_HAVE_GLOO
   if (o.transport == "gloo") return tb::run_gloo(o);
+  if (o.transport == "cluster") return tb::run_cluster(o);
 #endif
   return tb::run_shm(o);
 }

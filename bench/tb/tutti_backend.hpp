@@ -17,14 +17,15 @@
 namespace tutti_bench {
 
 /// The algorithm names --algo accepts, `automatic` first (the default).
-inline constexpr std::array<std::string_view, 8> tutti_algorithms{
-    "automatic",          "ring",   "tree",  "recursive_halving",
-    "recursive_doubling", "direct", "bruck", "native"};
+inline constexpr std::array<std::string_view, 9> tutti_algorithms{
+    "automatic", "ring",  "tree",   "recursive_halving", "recursive_doubling",
+    "direct",    "bruck", "native", "hierarchical"};
 
 // Defined in bench/tutti_bench_<transport>.cpp.
 [[nodiscard]] int run_inproc(const options& o);
 [[nodiscard]] int run_shm(const options& o);
 [[nodiscard]] int run_gloo(const options& o);
+[[nodiscard]] int run_cluster(const options& o);
 
 /// Whether tutti-bench can drive a policy on a transport: it needs a barrier, and all_reduce or
 /// all_gather for its statistics.
@@ -43,6 +44,7 @@ int with_algorithm(std::string_view name, F&& f) {
   if (name == "direct") return f.template operator()<tutti::direct>();
   if (name == "bruck") return f.template operator()<tutti::bruck>();
   if (name == "native") return f.template operator()<tutti::native>();
+  if (name == "hierarchical") return f.template operator()<tutti::hierarchical>();
   return f.template operator()<tutti::automatic>();  // parse() admits only the names above
 }
 

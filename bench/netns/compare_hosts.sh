@@ -1,0 +1,370 @@
+#!/usr/bin/env bash
+# all_reduce across simulated hosts: tutti's policies over its gloo transport next to Gloo's own
+# all-reduce algorithms, in one invocation, float sum, results checked by the programs. Each
+# "host" is a network namespace; the hosts are joined by veth pairs to a bridge that lives in a
+# namespace of its own (as tests/netns/run.sh does: the machine's own network is untouched),
+# optionally shaped with tc tbf. Every rank of a host runs inside that host's namespace, started
+# with the variables a multi-host launcher sets (RANK, WORLD_SIZE, LOCAL_RANK,
+# LOCAL_WORLD_SIZE=RANKS_PER_HOST, MASTER_ADDR = host 0's address, MASTER_PORT), so ranks of
+# one host share a network namespace (tutti's single copies between them work, as on a real
+# host) and every byte between hosts crosses two (shaped) veth links and the bridge:
+#   tutti-bench all_reduce --transport gloo --algo A            (A: tutti's policies)
+#   tutti-bench all_reduce --transport T --algo A                (A@T: on another transport, e.g.
+#                                                                 hierarchical@cluster)
+#   TUTTI_GLOO_CMA=0 tutti-bench ... --algo automatic            (automatic_tcp, not by default)
+#   tutti-bench-gloo all_reduce --algo X                         (gloo_X: Gloo's own)
+# both out of place where the algorithm has that form, time = the slowest rank's mean (-a 3).
+# Runs as root (it makes namespaces); needs iproute2's ip, tc (with RATE), python3, timeout.
+#
+#   bench/netns/compare_hosts.sh
+#   HOSTS=4 RANKS_PER_HOST=1 RATE=1gbit bench/netns/compare_hosts.sh
+#
+# Runs every algorithm ROUNDS times, the algorithms interleaved within each round so slow drift
+# on a noisy machine hits all alike; keeps each algorithm's best (lowest) time per size; prints a
+# markdown table: time in microseconds per size and algorithm, tutti's best flat policy (ring,
+# tree, recursive_halving, recursive_doubling, bruck, direct: whichever ran) and Gloo's best
+# algorithm, then time ratios (< 1: tutti is faster): best flat / best Gloo, and for every other
+# tutti policy that ran (automatic, automatic_tcp, hierarchical@cluster, ...) that policy /
+# best Gloo; then the sizes where the best flat policy misses the target (no slower than Gloo's
+# best at any size, >= 1.3x faster from 1 MiB). The same goes to OUT/summary.md.
+#
+# Environment:
+#   HOSTS (2)                       simulated hosts (network namespaces), 1..250
+#   RANKS_PER_HOST (2)              ranks (processes) per host
+#   RATE (unset: unshaped)          tc rate of every host's link, both directions (e.g. 1gbit,
+#                                   100mbit): a tbf qdisc on the host's end of its veth (its
+#                                   egress) and one on the bridge's end (its ingress)
+#   TBF_BURST (see below)           tbf burst in bytes (tc size syntax); default max(256 KiB,
+#                                   2 ms at RATE)
+#   TBF_LATENCY (50ms)              tbf latency (tc time syntax): the queue it may hold
+#   MINBYTES (4)  MAXBYTES (64M)    sizes, nccl-tests syntax (K/M/G), doubling
+#   ROUNDS (2)                      runs per algorithm
+#   ALGOS (automatic ring tree recursive_halving gloo_ring gloo_bcube gloo_ring_chunked
+#          gloo_halving_doubling)   space-separated: tutti-bench --algo names (and automatic_tcp),
+#                                   each on --transport gloo, or NAME@TRANSPORT for another
+#                                   transport of tutti-bench; gloo_X for tutti-bench-gloo --algo X
+#   RUN_TIMEOUT (900)               seconds allowed per run (each rank)
+#   BIN_DIR (build/release/bench)   where tutti-bench and tutti-bench-gloo are; they are copied
+#                                   to a private directory at the start, so a rebuild during the
+#                                   run does not change what runs
+#   OUT (a new mktemp -d)           where the raw output goes, kept after the run: per run
+#                                   ALGO.rROUND.csv and .json (rank 0; bench/plot reads the
+#                                   JSON), ALGO.rROUND.rankK.err (non-empty stderr only), and
+#                                   summary.md (what is printed)
+#   PRIO (unset)                    run every rank under `chrt -f PRIO` (see bench/compare_gloo.sh;
+#                                   only with HOSTS * RANKS_PER_HOST <= cores)
+# Exit status: 0; 1 if a run failed or reported wrong results; 2 on a usage/setup error;
+# 77 when it cannot run here (not root, no `ip netns`, no tbf with RATE), the reason on stdout.
+# Everything it made (namespaces, links, processes, temporary files; not OUT) is removed on
+# exit, also on failure or Ctrl-C.
+set -euo pipefail
+
+die() {
+  printf 'compare_hosts.sh: %s\n' "$*" >&2
+  exit 2
+}
+skip() {
+  printf 'compare_hosts.sh: SKIPPED: %s\n' "$*"
+  exit 77
+}
+case "${1:-}" in
+  -h | --help)
+    sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+    exit 0
+    ;;
+  "") ;;
+  *) die "takes no arguments (see --help); settings are environment variables" ;;
+esac
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+
+hosts="${HOSTS:-2}"
+rph="${RANKS_PER_HOST:-2}"
+rate="${RATE:-}"
+minbytes="${MINBYTES:-4}"
+maxbytes="${MAXBYTES:-64M}"
+rounds="${ROUNDS:-2}"
+run_timeout="${RUN_TIMEOUT:-900}"
+bin_dir="${BIN_DIR:-$repo/build/release/bench}"
+read -r -a algos <<<"${ALGOS:-automatic ring tree recursive_halving gloo_ring gloo_bcube gloo_ring_chunked gloo_halving_doubling}"
+[[ "$hosts" =~ ^[1-9][0-9]*$ && "$hosts" -le 250 ]] || die "HOSTS must be an integer in 1..250"
+[[ "$rph" =~ ^[1-9][0-9]*$ ]] || die "RANKS_PER_HOST must be a positive integer"
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"
+[[ "$run_timeout" =~ ^[1-9][0-9]*$ ]] || die "RUN_TIMEOUT must be a positive number of seconds"
+((${#algos[@]} > 0)) || die "ALGOS is empty"
+prio=()
+if [[ -n "${PRIO:-}" ]]; then
+  [[ "$PRIO" =~ ^[1-9][0-9]?$ ]] || die "PRIO must be a real-time priority, 1-99"
+  chrt -f "$PRIO" true 2>/dev/null || die "chrt -f $PRIO is not allowed here (needs root or CAP_SYS_NICE)"
+  prio=(chrt -f "$PRIO")
+fi
+[[ -x "$bin_dir/tutti-bench" && -x "$bin_dir/tutti-bench-gloo" ]] ||
+  die "'$bin_dir/tutti-bench' or '$bin_dir/tutti-bench-gloo' not found (set BIN_DIR); configure with
+  -DTUTTI_WITH_GLOO=ON (the presets do) and build the targets tutti-bench tutti-bench-gloo"
+command -v python3 >/dev/null || die "python3 is needed for the tables"
+
+# tc rate syntax -> bits per second (empty when it is not one tc accepts in the usual units).
+rate_bits() {
+  awk -v r="$1" 'BEGIN {
+    r = tolower(r)
+    if (!match(r, /^[0-9]+(\.[0-9]+)?/)) exit 1
+    n = substr(r, 1, RLENGTH); u = substr(r, RLENGTH + 1)
+    m[""] = 1; m["bit"] = 1; m["bps"] = 8
+    split("k m g t", p, " ")
+    for (i = 1; i <= 4; i++) {
+      m[p[i] "bit"] = 1000 ^ i; m[p[i] "ibit"] = 1024 ^ i
+      m[p[i] "bps"] = 8 * 1000 ^ i; m[p[i] "ibps"] = 8 * 1024 ^ i
+    }
+    if (!(u in m) || n * m[u] <= 0) exit 1
+    printf "%.0f\n", n * m[u]
+  }'
+}
+# tbf's parameters. What they do to TCP was measured on 2 namespaces at 1gbit (a 2-core VM, one
+# long TCP stream per direction; tbf counts Ethernet frames, so ~0.957 Gbit/s of payload is the
+# line rate):
+#  - burst is the bucket: it must hold several 64 KiB GSO packets (veth sends them whole) and
+#    the tokens that accrue while tbf's watchdog timer fires late on a busy machine, which are
+#    lost once the bucket is full. burst 16kb (smaller than one GSO packet, which tbf then
+#    splits): 0.75 Gbit/s; 64kb: 0.95 one way but only ~0.65 each way with data in both
+#    directions (as all_reduce always has); 128kb and more: 0.95 each way. Hence max(256 KiB,
+#    2 ms at RATE). The price: after an idle spell up to `burst` bytes pass above RATE; every
+#    size is timed over >= 0.2 s after 5 warm-up calls have emptied the bucket, so this is <= 1%.
+#  - latency sets the queue: limit = RATE x latency + burst. A queue that overflows drops, and a
+#    lost segment can cost TCP a 200 ms retransmission timeout, which would swamp a collective.
+#    Three hosts sending into one (incast, as several hosts' steps can do with HOSTS >= 3)
+#    dropped ~1800 packets at 2ms, 9 at 10ms, none at 50ms; aggregate throughput was the line
+#    rate in all three. The queue delays packets only while senders outrun the link.
+tbf=()
+if [[ -n "$rate" ]]; then
+  bits="$(rate_bits "$rate")" || die "RATE '$rate' is not a tc rate such as 1gbit, 100mbit, 10gbit"
+  burst="${TBF_BURST:-$(((bits / 8 / 500) > 262144 ? bits / 8 / 500 : 262144))}"
+  tbf=(tbf rate "$rate" burst "$burst" latency "${TBF_LATENCY:-50ms}")
+fi
+
+command -v ip >/dev/null || skip "iproute2's ip is not installed"
+[[ $(id -u) == 0 ]] || skip "creating network namespaces needs root"
+[[ -z "$rate" ]] || command -v tc >/dev/null || skip "RATE needs tc (iproute2)"
+
+# ---- what gets removed on exit --------------------------------------------------------------
+tag="tch$$" # namespaces ${tag}br, ${tag}h0..; our processes are the ones inside them
+made=()
+pids=() # the ranks of the run under way (ip netns exec ... as started)
+work="$(mktemp -d)"
+out=""
+# shellcheck disable=SC2317 # (run by the trap)
+cleanup() {
+  local ns i left
+  trap - EXIT INT TERM HUP
+  exec 2>/dev/null # bash would report each rank it killed here
+  # SIGTERM to each rank's `timeout`, which passes it on and reaps its rank; then, until every
+  # process in our namespaces is gone, SIGKILL to what is left after 2 s (at most 6 s in all).
+  ((${#pids[@]} == 0)) || kill -TERM "${pids[@]}" || true
+  for ((i = 0; i < 60; i++)); do
+    left=()
+    for ns in "${made[@]}"; do mapfile -t -O "${#left[@]}" left < <(ip netns pids "$ns"); done
+    ((${#left[@]})) || break
+    ((i < 20)) || kill -9 "${left[@]}" || true
+    sleep 0.1
+  done
+  ((${#pids[@]} == 0)) || wait "${pids[@]}" || true
+  for ns in "${made[@]}"; do ip netns del "$ns" || true; done
+  rm -rf "$work"
+  [[ -n "${OUT:-}" || -z "$out" ]] || rmdir "$out" 2>/dev/null || true # our OUT, if nothing ran
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+# A snapshot of the binaries: the build tree may be rebuilt while this runs.
+cp "$bin_dir/tutti-bench" "$bin_dir/tutti-bench-gloo" "$work/"
+bin="$work/tutti-bench"
+peer="$work/tutti-bench-gloo"
+# The names a program's --help lists after "--OPTION NAME one of:", one line, space-separated.
+names_of() {
+  "$1" --help 2>&1 | sed -n "s/^ *--$2  *NAME  *one of: *\([^[]*[^[ ]\).*/\1/p" | tr -s ' '
+}
+ours="$(names_of "$bin" algo) automatic_tcp"
+theirs="$(names_of "$peer" algo)"
+transports="$(names_of "$bin" transport)"
+[[ " $transports " == *" gloo "* ]] ||
+  die "'$bin_dir/tutti-bench' was built without Gloo (-DTUTTI_WITH_GLOO=ON)"
+for a in "${algos[@]}"; do
+  if [[ "$a" == gloo_* ]]; then
+    [[ " $theirs " == *" ${a#gloo_} "* ]] ||
+      die "ALGOS: '$a': tutti-bench-gloo's algorithms are $theirs (as gloo_NAME)"
+  else
+    [[ " $ours " == *" ${a%%@*} "* ]] || die "ALGOS: '$a': tutti-bench's algorithms are $ours"
+    [[ "$a" != *@* || " $transports " == *" ${a#*@} "* ]] ||
+      die "ALGOS: '$a': tutti-bench's transports are $transports"
+  fi
+done
+
+out="${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/compare_hosts.XXXXXX")}"
+mkdir -p "$out" || die "cannot create OUT '$out'"
+out="$(cd "$out" && pwd)"
+
+# ---- the hosts --------------------------------------------------------------------------------
+br="${tag}br"
+ip netns add "$br" 2>/dev/null || skip "cannot create network namespaces here ('ip netns add' failed)"
+made+=("$br")
+ip -n "$br" link add br0 type bridge 2>/dev/null || skip "cannot create a bridge in a namespace"
+ip -n "$br" link set br0 up
+addr_of() { printf '10.79.0.%d' "$(($1 + 1))"; }
+for ((h = 0; h < hosts; h++)); do
+  ns="${tag}h$h"
+  ip netns add "$ns"
+  made+=("$ns")
+  ip link add "${tag}v$h" netns "$ns" type veth peer name "p$h" netns "$br"
+  ip -n "$ns" link set "${tag}v$h" name eth0
+  ip -n "$ns" addr add "$(addr_of "$h")/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$ns" link set lo up
+  ip -n "$br" link set "p$h" master br0
+  ip -n "$br" link set "p$h" up
+  if ((${#tbf[@]})); then
+    ip netns exec "$ns" tc qdisc add dev eth0 root "${tbf[@]}" 2>/dev/null ||
+      skip "cannot shape a link: 'tc qdisc add ... ${tbf[*]}' failed (no tbf in this kernel?)"
+    ip netns exec "$br" tc qdisc add dev "p$h" root "${tbf[@]}"
+  fi
+done
+
+# Starts one run's ranks, each in its host's namespace with a launcher's variables, rank 0's
+# stdout to $out/$1.csv; 0 if every rank exited 0, else 1 with what went wrong in $work/why.
+run_world() {
+  local name="$1" port=$((20000 + RANDOM % 40000)) h r k rc=0 st
+  pids=()
+  : >"$work/why"
+  shift
+  for ((h = 0; h < hosts; h++)); do
+    for ((r = 0; r < rph; r++)); do
+      k=$((h * rph + r))
+      ip netns exec "${tag}h$h" env RANK=$k WORLD_SIZE=$((hosts * rph)) LOCAL_RANK=$r \
+        LOCAL_WORLD_SIZE="$rph" MASTER_ADDR="$(addr_of 0)" MASTER_PORT=$port \
+        timeout "$run_timeout" "${prio[@]}" "$@" >"$work/out.$k" 2>"$out/$name.rank$k.err" &
+      pids+=($!)
+    done
+  done
+  for ((k = 0; k < ${#pids[@]}; k++)); do
+    st=0
+    wait "${pids[$k]}" 2>/dev/null || st=$? # (no "Killed" line from bash)
+    if ((st != 0)); then
+      ((st == 124)) && st="$st (RUN_TIMEOUT)"
+      # what it said, less the progress lines and the usage text after a usage error
+      echo "    rank $k exited with $st" >>"$work/why"
+      tr '\r' '\n' <"$out/$name.rank$k.err" | grep -v -e '^\[tutti-bench\]' -e '^ *$' |
+        sed -n '1,3s/^/    | /p' >>"$work/why" || true
+      rc=1
+    fi
+  done
+  mv "$work/out.0" "$out/$name.csv"
+  for ((k = 0; k < ${#pids[@]}; k++)); do
+    [[ -s "$out/$name.rank$k.err" ]] || rm -f "$out/$name.rank$k.err"
+  done
+  pids=()
+  return $rc
+}
+
+np=$((hosts * rph))
+model="$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
+{
+  echo "# all_reduce across $hosts simulated hosts x $rph ranks per host: tutti over Gloo's TCP transport vs Gloo's own algorithms, float sum"
+  echo
+  echo "- date: $(date '+%Y-%m-%d %H:%M:%S %Z')"
+  echo "- machine: ${model:-unknown CPU}, $(nproc) cores, $(uname -srm);" \
+    "load average before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
+  echo "- Gloo: Debian libgloo-dev $(dpkg-query -W -f='${Version}' libgloo-dev 2>/dev/null || echo '?')"
+  echo "- hosts: $hosts network namespaces on one bridge (veth), $rph ranks each ($np in all);" \
+    "links: $( ((${#tbf[@]})) && echo "tc ${tbf[*]} (bytes), each direction" || echo unshaped)"
+  echo "- tutti-bench --transport gloo (A@T: --transport T) / tutti-bench-gloo all_reduce --algo A -b $minbytes -e $maxbytes -a 3 --csv;" \
+    "best of $rounds interleaved runs${PRIO:+, under chrt -f $PRIO}"
+  echo "- raw output: $out"
+  echo
+} | tee "$out/summary.md"
+
+failed=0
+for ((round = 1; round <= rounds; round++)); do
+  for a in "${algos[@]}"; do
+    printf '  round %s %-22s ... ' "$round" "$a" >&2
+    start=$SECONDS
+    if [[ "$a" == gloo_* ]]; then
+      cmd=("$peer" all_reduce --algo "${a#gloo_}")
+      # ring and bcube have both forms; the classic classes only in place
+      [[ "$a" == gloo_ring || "$a" == gloo_bcube ]] && cmd+=(--placement out-of-place)
+    else
+      name="${a%%@*}" transport=gloo
+      [[ "$a" != *@* ]] || transport="${a#*@}"
+      cmd=()
+      # automatic_tcp: automatic with every message on Gloo's TCP pairs, as Gloo's own have them
+      [[ "$name" != automatic_tcp ]] || { name=automatic cmd=(env TUTTI_GLOO_CMA=0); }
+      cmd+=("$bin" all_reduce --transport "$transport" --algo "$name" --placement out-of-place)
+    fi
+    if run_world "$a.r$round" "${cmd[@]}" -b "$minbytes" -e "$maxbytes" -a 3 --csv --json "$out/$a.r$round.json"; then
+      printf 'ok (%ss)\n' "$((SECONDS - start))" >&2
+    else
+      failed=1
+      printf 'FAILED (%ss)\n' "$((SECONDS - start))" >&2
+      cat "$work/why" >&2
+    fi
+  done
+done
+
+{
+  echo "- load average after the runs: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
+  echo
+  echo "## $hosts hosts x $rph ranks per host${rate:+, $rate links}: time per call (µs), best of $rounds"
+  echo
+} | tee -a "$out/summary.md"
+python3 - "$out" "${algos[@]}" <<'PY' | tee -a "$out/summary.md" || failed=1
+import csv, glob, sys
+out, algos = sys.argv[1], sys.argv[2:]
+FLAT = ("ring", "tree", "recursive_halving", "recursive_doubling", "bruck", "direct")
+base = lambda a: a.split("@")[0]
+best, wrong = {}, []
+for a in algos:
+    for f in sorted(glob.glob(f"{out}/{a}.r*.csv")):
+        for row in csv.reader(open(f)):
+            if len(row) != 7 or not row[2].isdigit():
+                continue
+            size, t = int(row[2]), float(row[3])
+            if row[6] not in ("0", ""):
+                wrong.append(f"{f}: {row[6]} wrong elements at {size} B")
+            best[(a, size)] = min(best.get((a, size), t), t)
+sizes = sorted({s for (_, s) in best})
+gloo = [a for a in algos if a.startswith("gloo_")]
+flat = [a for a in algos if base(a) in FLAT]
+others = [a for a in algos if base(a) not in FLAT and not a.startswith("gloo_") and base(a) != "native"]
+
+def fastest(names, s):
+    return min(((best[(a, s)], a) for a in names if (a, s) in best), default=None)
+
+heads = list(algos) + ["best flat", "best Gloo", "best flat / best Gloo"]
+heads += [f"{a} / best Gloo" for a in others]
+print("| bytes | " + " | ".join(heads) + " |")
+print("|---:|" + "---:|" * len(algos) + "---|---|" + "---:|" * (1 + len(others)))
+slower, short = [], []
+for s in sizes:
+    cells = [f"{best[(a, s)]:.1f}" if (a, s) in best else "–" for a in algos]
+    f, g = fastest(flat, s), fastest(gloo, s)
+    cells += [f[1] if f else "–", g[1] if g else "–"]
+    ratio = lambda t: f"{t / g[0]:.2f}" if g and t is not None else "–"
+    cells.append(ratio(f[0] if f else None))
+    cells += [ratio(best.get((a, s))) for a in others]
+    print(f"| {s} | " + " | ".join(cells) + " |")
+    if f and g:
+        if f[0] > g[0]:
+            slower.append(f"{s} ({f[0] / g[0]:.2f})")
+        if s >= 1 << 20 and g[0] / f[0] < 1.3:
+            short.append(f"{s} ({g[0] / f[0]:.2f}x)")
+print()
+if flat and gloo:
+    print("- ratios are times (< 1: tutti is faster); target: best flat <= best Gloo at every size, "
+          "and >= 1.3x faster (ratio <= 0.77) from 1 MiB")
+    print("- best flat slower than best Gloo at: " + (", ".join(slower) or "no size"))
+    print("- best flat < 1.3x faster than best Gloo from 1 MiB at: " + (", ".join(short) or "no size"))
+    print()
+for w in wrong:
+    print(f"- WRONG: {w}")
+sys.exit(1 if wrong else 0)
+PY
+echo "raw output: $out" >&2
+exit "$failed"
