@@ -1,9 +1,11 @@
 // tutti-bench-nccl: what tutti adds to NCCL's all_reduce. For every size, nccl-tests style, on
-// float sum: raw ncclAllReduce on tutti's own NCCL communicator and stream
-// (comm.transport().handle(), .stream()), against tutti's blocking comm.all_reduce (one GPU
-// round trip per call) and a loop of comm.all_reduce_async (enqueue all, then wait). One rank
-// per GPU (tutti::spawn, or the ranks a launcher started). Every size is checked: each rank
-// contributes rank + 1, every element must become n(n+1)/2, through tutti and through raw NCCL.
+// float sum, raw NCCL on tutti's own NCCL communicator and stream (comm.transport().handle(),
+// .stream()) next to tutti, like for like: a loop of ncclAllReduce then one stream
+// synchronisation (raw) against a loop of comm.all_reduce_async then a wait (async); and
+// ncclAllReduce + cudaStreamSynchronize per call (raw+sync) against tutti's blocking
+// comm.all_reduce (one GPU round trip per call). One rank per GPU (tutti::spawn, or the ranks a
+// launcher started). Every size is checked: each rank contributes rank + 1, every element must
+// become n(n+1)/2, through tutti and through raw NCCL.
 //
 //   tutti-bench-nccl [-b 8] [-e 1G] [-f 2] [-n 20] [-w 5]
 //
@@ -126,8 +128,8 @@ int rank_main(const settings& cfg) {
         "# tutti-bench-nccl: all_reduce, float, sum, in place; %d rank(s), one per GPU "
         "(%s); NCCL %d; %d warm-up + %d timed calls per size\n",
         world, prop.name, NCCL_VERSION_CODE, cfg.warmup, cfg.iters);
-    std::printf("# %12s %12s %11s %11s %7s %11s %7s %9s %6s\n", "size(B)", "count", "raw(us)",
-                "tutti(us)", "ratio", "async(us)", "ratio", "busbw", "wrong");
+    std::printf("# %12s %12s %11s %11s %7s %11s %11s %7s %9s %6s\n", "size(B)", "count", "raw(us)",
+                "async(us)", "ratio", "raw+sync", "tutti(us)", "ratio", "busbw", "wrong");
   }
   const float want = static_cast<float>(world) * (world + 1) / 2;
   unsigned long long total_wrong = 0;
@@ -145,6 +147,15 @@ int rank_main(const settings& cfg) {
     for (int i = 0; i < cfg.iters; ++i) raw_all_reduce(buf, n, raw, stream);
     cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     const double raw_us = micros_since(t0, cfg.iters);
+
+    // Raw NCCL, blocking: every call waits for its stream.
+    comm.barrier();
+    t0 = clock_type::now();
+    for (int i = 0; i < cfg.iters; ++i) {
+      raw_all_reduce(buf, n, raw, stream);
+      cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    }
+    const double raw_sync_us = micros_since(t0, cfg.iters);
 
     // tutti, blocking: every call returns once its work on the GPU is done.
     for (int i = 0; i < cfg.warmup; ++i) comm.all_reduce(span, tutti::sum);
@@ -175,8 +186,9 @@ int rank_main(const settings& cfg) {
     if (rank == 0) {
       const double busbw =
           world > 1 ? static_cast<double>(bytes) / raw_us / 1e3 * 2.0 * (world - 1) / world : 0.0;
-      std::printf("  %12zu %12zu %11.2f %11.2f %7.2f %11.2f %7.2f %9.2f %6llu\n", bytes, n, raw_us,
-                  tutti_us, tutti_us / raw_us, async_us, async_us / raw_us, busbw, bad);
+      std::printf("  %12zu %12zu %11.2f %11.2f %7.2f %11.2f %11.2f %7.2f %9.2f %6llu\n", bytes, n,
+                  raw_us, async_us, async_us / raw_us, raw_sync_us, tutti_us,
+                  tutti_us / raw_sync_us, busbw, bad);
       std::fflush(stdout);
     }
   }

@@ -180,12 +180,12 @@ void every_form(Comm& comm, const device_buffers& d, cudaStream_t s) {
 // Sub-communicators and a mesh through ncclCommSplit (run on GPUs by tests/test_nccl.cu).
 void nccl_surface_split(tutti::communicator<tutti::nccl>& comm);
 void nccl_surface_split(tutti::communicator<tutti::nccl>& comm) {
-  auto half = comm.split(comm.rank() % 2, 0);
+  auto parity = comm.split(comm.rank() % 2, 0);
   auto native = comm.split<tutti::native>(tutti::no_color, 0);
   const std::vector<int> ranks{0};
   auto solo = comm.group(ranks);
   tutti::mesh m(comm, {1, comm.size()}, {"dp", "tp"});
-  (void)half;
+  (void)parity;
   (void)native;
   (void)solo;
   m["tp"].barrier();

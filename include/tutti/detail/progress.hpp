@@ -27,16 +27,19 @@ class progress_queue {
     if (thread_.joinable()) thread_.join();  // runs what is queued first: nothing is lost
   }
 
-  /// Queues `job`; its outcome completes the returned state.
+  /// Queues `job`; its outcome completes the returned state. Wakes the thread only if it
+  /// sleeps: a loop of _async calls pays no system call while the thread is busy.
   std::shared_ptr<work_state> push(std::function<void()> job) {
     auto state = std::make_shared<work_state>();
+    bool wake = false;
     {
       std::lock_guard lock(mu_);
       if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
       jobs_.push_back({std::move(job), state});
       ++pending_;
+      wake = sleeping_;
     }
-    cv_.notify_all();
+    if (wake) cv_.notify_one();
     return state;
   }
 
@@ -55,7 +58,11 @@ class progress_queue {
   void loop() {
     std::unique_lock lock(mu_);
     for (;;) {
-      cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty() && !stopping_) {
+        sleeping_ = true;
+        cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+        sleeping_ = false;
+      }
       if (jobs_.empty()) return;
       item it = std::move(jobs_.front());
       jobs_.pop_front();
@@ -77,6 +84,7 @@ class progress_queue {
   std::condition_variable idle_cv_;
   std::deque<item> jobs_;
   std::size_t pending_ = 0;
+  bool sleeping_ = false;  ///< the thread waits on cv_ (under mu_)
   bool stopping_ = false;
   std::thread thread_;
 };

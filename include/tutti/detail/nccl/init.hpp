@@ -8,6 +8,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -92,7 +93,8 @@ namespace tutti::inline v0::detail {
   config.blocking = 0;
   const ncclResult_t r = ncclCommInitRankConfig(&s->comm, size, id, rank, &config);
   if (r != ncclSuccess && r != ncclInProgress) s->throw_nccl(r, "ncclCommInitRankConfig", "", 0);
-  s->settle_or_throw(r, "ncclCommInitRankConfig", "", 0, deadline);
+  // Polled whatever it answered: a non-blocking initialisation may still run after ncclSuccess.
+  s->settle_or_throw(ncclInProgress, "ncclCommInitRankConfig", "", 0, deadline);
   if (debug_info())
     std::fprintf(stderr, "tutti[nccl] rank %d/%d: GPU %d, NCCL %d\n", rank, size, s->device,
                  NCCL_VERSION_CODE);
@@ -104,6 +106,11 @@ namespace tutti::inline v0::detail {
 /// calls, members or not: NCCL_SPLIT_NOCOLOR for the others), on the parent's GPU,
 /// non-blocking and bounded by opts.timeout. NCCL orders a color's ranks by key, then parent
 /// rank, and says the child's rank and size. Null for a rank that joins no child.
+///
+/// A non-blocking ncclCommSplit returns while its job still runs (NCCL 2.28 answers ncclSuccess
+/// then, not ncclInProgress) and writes the child's handle only when the job ends, which the
+/// parent's asynchronous state reports: the parent is always polled until it settles, and the
+/// handle read from the parent's state after that, then the child polled in turn.
 [[nodiscard]] inline std::shared_ptr<nccl_state> nccl_split(nccl_state& parent, const split_plan& p,
                                                             const options& opts) {
   const auto deadline = clock::now() + opts.timeout;
@@ -112,18 +119,29 @@ namespace tutti::inline v0::detail {
   const device_guard on(parent.device);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  ncclComm_t child = nullptr;
   const int color = p.joins() ? static_cast<int>(p.color) : NCCL_SPLIT_NOCOLOR;
-  const ncclResult_t r = parent.locked(
-      [&] { return ncclCommSplit(parent.comm, color, static_cast<int>(p.key), &child, &config); });
-  if (s) s->comm = child;  // the child's state destroys it, even if it never settles
+  const ncclResult_t r = parent.locked([&] {
+    parent.split_child = nullptr;
+    return ncclCommSplit(parent.comm, color, static_cast<int>(p.key), &parent.split_child, &config);
+  });
   if (r != ncclSuccess && r != ncclInProgress) parent.throw_nccl(r, "ncclCommSplit", "", 0);
-  parent.settle_or_throw(r, "ncclCommSplit", "", 0, deadline);
+  parent.settle_or_throw(ncclInProgress, "ncclCommSplit", "", 0, deadline);
+  {
+    const std::lock_guard lock(parent.comm_mu);
+    const ncclComm_t child = std::atomic_ref(parent.split_child).load(std::memory_order_acquire);
+    parent.split_child = nullptr;
+    if (s) s->comm = child;
+  }
   if (!s) return s;
-  s->settle_or_throw(r, "ncclCommSplit", "", 0, deadline);
-  if (const ncclResult_t q = ncclCommUserRank(child, &s->rank); q != ncclSuccess)
+  if (s->comm == nullptr)
+    throw error(errc::transport_failure, "", 0, parent.rank, -1,
+                "tutti::nccl: ncclCommSplit settled without a communicator for color " +
+                    std::to_string(p.color));
+  // The child's state destroys (or aborts) it from here on, even if it never settles.
+  s->settle_or_throw(ncclInProgress, "ncclCommSplit", "", 0, deadline);
+  if (const ncclResult_t q = ncclCommUserRank(s->comm, &s->rank); q != ncclSuccess)
     s->throw_nccl(q, "ncclCommUserRank", "", 0);
-  if (const ncclResult_t q = ncclCommCount(child, &s->size); q != ncclSuccess)
+  if (const ncclResult_t q = ncclCommCount(s->comm, &s->size); q != ncclSuccess)
     s->throw_nccl(q, "ncclCommCount", "", 0);
   return s;
 }

@@ -57,6 +57,10 @@ struct nccl_state {
   int size = 1;
   int device = 0;
   ncclComm_t comm = nullptr;
+  /// Where ncclCommSplit on this communicator writes the child's handle: NCCL stores it when
+  /// the split's job ends, after a non-blocking ncclCommSplit has returned, so the cell must
+  /// outlive the call (nccl_split reads it once this communicator settles).
+  ncclComm_t split_child = nullptr;
   cudaStream_t stream = nullptr;  ///< the communicator's own stream
   std::chrono::milliseconds timeout{};
   bool check_calls = false;  ///< TUTTI_NCCL_CHECK: all-gather every fingerprint first
@@ -265,11 +269,15 @@ struct nccl_state {
       if (q != cudaErrorNotReady) throw_cuda(q, "cudaEventQuery", what, seq);
       clear_not_ready();
       check_usable(what, seq);
-      ncclResult_t st = ncclSuccess;
-      const ncclResult_t g = locked([&] { return ncclCommGetAsyncError(comm, &st); });
-      if (g != ncclSuccess) throw_nccl(g, "ncclCommGetAsyncError", what, seq);
-      if (st != ncclSuccess && st != ncclInProgress) throw_nccl(st, "NCCL", what, seq);
-      if (clock::now() >= deadline) throw_timeout(what, seq, "waiting for the GPU");
+      // NCCL's asynchronous error (a peer gone, a network failure) every 16th poll: it takes
+      // comm_mu, which the caller's thread needs to enqueue its next call meanwhile.
+      if (i % 16 == 15) {
+        ncclResult_t st = ncclSuccess;
+        const ncclResult_t g = locked([&] { return ncclCommGetAsyncError(comm, &st); });
+        if (g != ncclSuccess) throw_nccl(g, "ncclCommGetAsyncError", what, seq);
+        if (st != ncclSuccess && st != ncclInProgress) throw_nccl(st, "NCCL", what, seq);
+        if (clock::now() >= deadline) throw_timeout(what, seq, "waiting for the GPU");
+      }
       pause(i);
     }
   }
