@@ -2,21 +2,26 @@
 // pick, from 8 to 1,024 ranks (hosts × ranks per host): what docs/scaling.md tabulates.
 //
 //   model-scaling [--link-gbps G] [--link-alpha-us A] [--sizes 4,65536,...] [--shapes 1x8,2x4,...]
+//                 [--inside shm|gloo]
 //
-// Inside a host: tutti::shm's costs. Between hosts: a link of G Gbit/s (default 10) with α = A µs
-// (default 30), every rank of a host sharing its link, as tutti::cluster tells automatic when
-// TUTTI_LINK_GBPS / TUTTI_LINK_ALPHA_US are set. Prints one markdown table per size: predicted
-// microseconds per policy, and the pick. No ranks run: this is the model alone.
+// Inside a host: tutti::shm's costs (tutti::cluster), or with --inside gloo tutti::gloo's
+// loopback TCP costs (a flat tutti::gloo world across hosts: no hierarchical column). Between
+// hosts: a link of G Gbit/s (default 10) with α = A µs (default 30), every rank of a host
+// sharing its link, as tutti::cluster and tutti::gloo tell automatic when TUTTI_LINK_GBPS /
+// TUTTI_LINK_ALPHA_US are set. Prints one markdown table per size: predicted microseconds per
+// policy, and the pick. No ranks run: this is the model alone.
 
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <tutti/algorithm/automatic.hpp>
+#include <tutti/detail/gloo/costs.hpp>
 #include <tutti/transport/shm.hpp>
 
 namespace {
@@ -58,6 +63,7 @@ std::string micros(double us) {
 
 int main(int argc, char** argv) {
   double gbps = 10, alpha = 30;
+  std::string inside = "shm";
   std::vector<std::string> sizes{"4", "65536", "1048576", "16777216", "268435456"};
   std::vector<std::string> shapes{"1x8", "2x4",  "4x2",  "2x8",  "4x8",
                                   "8x8", "16x8", "32x8", "64x8", "128x8"};
@@ -71,50 +77,60 @@ int main(int argc, char** argv) {
       sizes = split_list(argv[i + 1]);
     else if (flag == "--shapes")
       shapes = split_list(argv[i + 1]);
+    else if (flag == "--inside")
+      inside = argv[i + 1];
     else {
       std::fprintf(stderr, "model-scaling: unknown flag %s\n", argv[i]);
       return 2;
     }
   }
-  if (gbps <= 0 || alpha < 0) {
-    std::fprintf(stderr, "model-scaling: --link-gbps must be > 0 and --link-alpha-us >= 0\n");
+  if (gbps <= 0 || alpha < 0 || (inside != "shm" && inside != "gloo")) {
+    std::fprintf(stderr,
+                 "model-scaling: --link-gbps must be > 0, --link-alpha-us >= 0, --inside shm "
+                 "or gloo\n");
     return 2;
   }
+  const tutti::cost_model local =
+      inside == "shm" ? tutti::shm::costs : tutti::detail::gloo_costs::tcp;
+  // Which policies get a column: all but direct and bruck (never picked for all_reduce across
+  // hosts); hierarchical only where a host's ranks share memory.
+  const auto shown = [&]<class P>() {
+    return !std::is_same_v<P, tutti::direct> && !std::is_same_v<P, tutti::bruck> &&
+           (inside == "shm" || !std::is_same_v<P, tutti::hierarchical>);
+  };
   using tutti::detail::collective;
   using candidates = tutti::automatic::candidates;
-  std::printf("Link between hosts: %g Gbit/s, α %g µs; inside a host: tutti::shm's costs.\n\n",
-              gbps, alpha);
+  std::printf("Link between hosts: %g Gbit/s, α %g µs; inside a host: tutti::%s's costs.\n\n", gbps,
+              alpha, inside.c_str());
   for (const auto& size : sizes) {
     const double bytes = std::atof(size.c_str());
     std::printf("### all_reduce of %s\n\n| hosts × ranks | ranks |", human(bytes).c_str());
     candidates::for_each([&]<class P>() {
-      if constexpr (!std::is_same_v<P, tutti::direct> && !std::is_same_v<P, tutti::bruck>)
-        std::printf(" %s |", P::name);
+      if (shown.template operator()<P>()) std::printf(" %s |", P::name);
     });
     std::printf(" automatic picks |\n|---|---:|");
     candidates::for_each([&]<class P>() {
-      if constexpr (!std::is_same_v<P, tutti::direct> && !std::is_same_v<P, tutti::bruck>)
-        std::printf("---:|");
+      if (shown.template operator()<P>()) std::printf("---:|");
     });
     std::printf("---|\n");
     for (const auto& shape : shapes) {
       const auto x = shape.find('x');
       const int h = std::atoi(shape.substr(0, x).c_str());
       const int l = std::atoi(shape.substr(x + 1).c_str());
-      tutti::cost_model m = tutti::shm::costs;  // γ: the reduction runs on the host alike
-      m.alpha_us = h > 1 ? alpha : tutti::shm::costs.alpha_us;
-      m.beta_us_per_byte = h > 1 ? 8e-3 / gbps : tutti::shm::costs.beta_us_per_byte;
+      tutti::cost_model m = local;  // γ: the reduction runs on the host alike
+      m.alpha_us = h > 1 ? alpha : local.alpha_us;
+      m.beta_us_per_byte = h > 1 ? 8e-3 / gbps : local.beta_us_per_byte;
       m.segment_beta_us_per_byte = 0;
       m.hosts = h;
       m.ranks_per_host = l;
-      m.local_alpha_us = tutti::shm::costs.alpha_us;
-      m.local_beta_us_per_byte = tutti::shm::costs.beta_us_per_byte;
+      m.local_alpha_us = local.alpha_us;
+      m.local_beta_us_per_byte = local.beta_us_per_byte;
       const tutti::detail::cost_inputs in(bytes, h * l, m);
       std::printf("| %d × %d | %d |", h, l, h * l);
       std::string best;
       double best_cost = std::numeric_limits<double>::infinity();
       candidates::for_each([&]<class P>() {
-        if constexpr (!std::is_same_v<P, tutti::direct> && !std::is_same_v<P, tutti::bruck>) {
+        if (shown.template operator()<P>()) {
           const double c = tutti::detail::predicted_cost<P>(collective::all_reduce, in);
           std::printf(" %s |",
                       c == std::numeric_limits<double>::infinity() ? "–" : micros(c).c_str());

@@ -3,6 +3,7 @@
 // nested splits, groups, mismatched and invalid calls, a rank that fails or dies inside a group.
 
 #include <signal.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -14,6 +15,7 @@
 
 #include <doctest/doctest.h>
 
+#include <tutti/algorithm/recursive_halving.hpp>
 #include <tutti/algorithm/ring.hpp>
 #include <tutti/hosts.hpp>
 #include <tutti/mesh.hpp>
@@ -256,6 +258,55 @@ TEST_CASE("host map: hosts numbered by their lowest rank, local ranks in rank or
   CHECK(!m.uniform());
   CHECK(m.ranks_on(0) == std::vector<int>{0, 2, 5});
   CHECK(tutti::detail::map_identities({"x", "y", "y", "x"}, 0).uniform());
+}
+
+TEST_CASE("host map: ranks in blocks host by host; the link a world across hosts is priced by") {
+  using tutti::detail::map_identities;
+  CHECK(map_identities({"a", "a", "b", "b"}, 0).blocked());
+  CHECK(map_identities({"a", "b", "c"}, 1).blocked());  // one rank per host
+  CHECK(!map_identities({"a", "b", "a", "b"}, 0).blocked());
+  CHECK(!map_identities({"a", "a", "b"}, 0).blocked());  // uneven hosts
+
+  const tutti::detail::link_settings link{.gbps = 1.0, .alpha_us = 50.0};
+  const tutti::cost_model base{.alpha_us = 40.0, .beta_us_per_byte = 1.0 / 1500.0};
+  const tutti::cost_model m = link.apply(base, map_identities({"a", "a", "b", "b"}, 2), 2.0, 1e-4);
+  CHECK(m.alpha_us == 50.0);
+  CHECK(m.beta_us_per_byte == doctest::Approx(8e-3));
+  CHECK(m.hosts == 2);
+  CHECK(m.ranks_per_host == 2);
+  CHECK(m.local_alpha_us == 2.0);
+  CHECK(m.local_beta_us_per_byte == 1e-4);
+  CHECK(link.apply(base, map_identities({"a", "a"}, 0), 2.0, 1e-4) == base);  // one host
+  // Interleaved hosts: the link's α and β, but no levels (nearest ranks are not on one host).
+  const tutti::cost_model mixed = link.apply(base, map_identities({"a", "b", "a", "b"}, 0), 2, 1);
+  CHECK(mixed.alpha_us == 50.0);
+  CHECK(mixed.hosts == 0);
+  CHECK(tutti::detail::link_settings{}.apply(base, map_identities({"a", "b"}, 0), 2, 1).alpha_us ==
+        40.0);
+
+  // recursive_halving across 2 hosts x 2: one step each way inside a host, one across, each
+  // carrying half the vector; the reduction of 3/4 of it.
+  const double n = 1 << 20;
+  const tutti::detail::cost_inputs in(n, 4, m);
+  const double want =
+      2 * (2.0 + 0.5 * n * 1e-4 + 50.0 + 0.5 * n * 8e-3) + 0.75 * n * m.gamma_us_per_byte;
+  CHECK(tutti::recursive_halving::cost(tutti::detail::collective::all_reduce, in).value() ==
+        doctest::Approx(want));
+  // 3 hosts: not a power of two, so the flat view (the slower level, the link shared by 2).
+  const tutti::cost_model m3 =
+      link.apply(base, map_identities({"a", "a", "b", "b", "c", "c"}, 0), 2.0, 1e-4);
+  const tutti::detail::cost_inputs in3(n, 6, m3);
+  CHECK(tutti::recursive_halving::cost(tutti::detail::collective::all_reduce, in3).value() ==
+        doctest::Approx(tutti::recursive_halving::cost(tutti::detail::collective::all_reduce,
+                                                       in3.flat_across_hosts(true))
+                            .value()));
+
+  ::setenv("TUTTI_LINK_GBPS", "fast", 1);
+  CHECK_THROWS_AS((void)tutti::detail::link_settings::from_env(0), tutti::error);
+  ::setenv("TUTTI_LINK_GBPS", "25", 1);
+  CHECK(tutti::detail::link_settings::from_env(0).gbps == 25.0);
+  ::unsetenv("TUTTI_LINK_GBPS");
+  CHECK(tutti::detail::link_settings::from_env(0).gbps == 0.0);
 }
 
 TEST_CASE("split_host on one host: every rank, in rank order (inproc threads, shm processes)") {

@@ -1,9 +1,12 @@
 #pragma once
 /// \file
 /// tutti::recursive_halving: Rabenseifner's all-reduce, a recursive-halving reduce-scatter
-/// followed by a recursive-doubling all-gather (2 lg p steps, 2(p-1)/p of the data each way).
-/// Ranks beyond the largest power of two fold into a neighbour first and get the result back.
+/// followed by the all-gather that mirrors it (2 lg p steps, 2(p-1)/p of the data each way),
+/// nearest partner first: the largest exchanges stay between neighbouring ranks, which
+/// launchers place on one host. Ranks beyond the largest power of two fold into a neighbour
+/// first and get the result back.
 
+#include <cmath>
 #include <cstddef>
 #include <optional>
 #include <vector>
@@ -18,10 +21,27 @@ namespace tutti::inline v0 {
 struct recursive_halving {
   static constexpr const char* name = "recursive_halving";
 
+  /// Across hosts its all_reduce prices the two levels itself (see cost).
+  static constexpr bool prices_levels = true;
+
   /// Predicted microseconds of collective `k` (nullopt: not implemented here, or all_gather,
   /// whose schedule is recursive_doubling's: automatic weighs it there, not twice).
+  /// Across hosts (L ranks on each of H hosts, numbered host by host, both powers of two), the
+  /// all_reduce's first lg L steps each way stay inside a host and carry n(1 - 1/L); the last
+  /// lg H cross, every rank of a host at once over the host's link, carrying n(1 - 1/H) per
+  /// host; anything else sees the slower level (cost_inputs::flat_across_hosts).
   [[nodiscard]] static std::optional<double> cost(detail::collective k,
                                                   const detail::cost_inputs& in) noexcept {
+    if (in.across_hosts()) {
+      const int h = in.m.hosts, l = in.m.ranks_per_host;
+      const bool pow2 = (h & (h - 1)) == 0 && (l & (l - 1)) == 0;
+      if (k != detail::collective::all_reduce || !pow2) return cost(k, in.flat_across_hosts(true));
+      const double hh = h, ll = l, n = in.n;
+      const double inside =
+          std::log2(ll) * in.m.local_alpha_us + (1 - 1 / ll) * n * in.m.local_beta_us_per_byte;
+      const double across = std::log2(hh) * in.a + (1 - 1 / hh) * n * in.b;
+      return 2 * (inside + across) + in.frac * n * in.g;
+    }
     const double n = in.n, a = in.a, b = in.b, g = in.g, lg = in.lg;
     switch (k) {
       case detail::collective::all_reduce:
@@ -51,8 +71,8 @@ struct recursive_halving {
     detail::fold_in(c, out, bytes, f);
     if (f.newrank >= 0) {
       const auto goff = detail::even_offsets(c, count, f.pof2);
-      detail::halving_reduce_scatter(c, out, goff, f);
-      detail::doubling_all_gather(c, out, goff, f);
+      const auto steps = detail::nearest_halving_reduce_scatter(c, out, goff, f);
+      detail::mirror_all_gather(c, out, goff, steps);
     }
     detail::fold_out(c, out, bytes, f);
   }

@@ -6,11 +6,14 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "tutti/core/error.hpp"
 #include "tutti/core/options.hpp"
 #include "tutti/detail/cma.hpp"
+#include "tutti/detail/cost.hpp"
 
 namespace tutti::inline v0::detail {
 
@@ -52,6 +55,16 @@ struct host_map {
       if (c != count.front()) return false;
     return true;
   }
+  /// Whether ranks are numbered host by host in equal blocks (ranks 0..L-1 on the first host,
+  /// L..2L-1 on the next, ...), as launchers place them: then a schedule's nearest neighbours
+  /// share a host (what the cost model assumes of ring and recursive_halving across hosts).
+  [[nodiscard]] bool blocked() const noexcept {
+    if (!uniform() || count.empty()) return false;
+    const auto l = static_cast<std::size_t>(count.front());
+    for (std::size_t r = 0; r < host_of.size(); ++r)
+      if (host_of[r] != static_cast<int>(r / l)) return false;
+    return true;
+  }
   /// The ranks on host `h`, in local-rank order.
   [[nodiscard]] std::vector<int> ranks_on(int h) const {
     std::vector<int> out;
@@ -70,6 +83,45 @@ struct host_map {
 };
 
 namespace detail {
+/// The network between hosts as the user describes it (TUTTI_LINK_GBPS, TUTTI_LINK_ALPHA_US):
+/// 0 where unset. Not a number > 0: errc::invalid_argument, raised when a world joins.
+struct link_settings {
+  double gbps = 0;
+  double alpha_us = 0;
+
+  [[nodiscard]] static link_settings from_env(int rank) {
+    return {positive_from_env("TUTTI_LINK_GBPS", rank),
+            positive_from_env("TUTTI_LINK_ALPHA_US", rank)};
+  }
+  /// `m` with the link's α and β where set, and, where ranks sit in equal blocks on several
+  /// hosts, the hosts and ranks per host with `local` (a message's α and β inside a host).
+  [[nodiscard]] cost_model apply(cost_model m, const host_map& h, double local_alpha_us,
+                                 double local_beta_us_per_byte) const noexcept {
+    if (h.hosts <= 1) return m;
+    if (gbps > 0) m.beta_us_per_byte = 8e-3 / gbps;
+    if (alpha_us > 0) m.alpha_us = alpha_us;
+    if (h.blocked()) {
+      m.hosts = h.hosts;
+      m.ranks_per_host = h.local_size;
+      m.local_alpha_us = local_alpha_us;
+      m.local_beta_us_per_byte = local_beta_us_per_byte;
+    }
+    return m;
+  }
+
+ private:
+  [[nodiscard]] static double positive_from_env(const char* var, int rank) {
+    const std::string s = env_string(var);
+    if (s.empty()) return 0;
+    char* end = nullptr;
+    const double v = std::strtod(s.c_str(), &end);
+    if (end == s.c_str() || *end != '\0' || !(v > 0) || v > 1e9)
+      throw error(errc::invalid_argument, "", 0, rank, -1,
+                  std::string(var) + "=" + s + " is not a number > 0");
+    return v;
+  }
+};
+
 /// The host map from every rank's host identity (index = rank), as seen by rank `me`.
 [[nodiscard]] inline host_map map_identities(const std::vector<std::string>& ids, int me) {
   host_map m;

@@ -49,6 +49,59 @@ void halving_reduce_scatter(Ctx& c, std::byte* buf, std::span<const std::size_t>
   }
 }
 
+/// One step of a nearest-first halving: this rank kept groups [keep_lo, keep_hi) and sent
+/// [send_lo, send_hi) to `partner` (an old rank), which kept those.
+struct halving_step {
+  int partner = 0;
+  int keep_lo = 0, keep_hi = 0;
+  int send_lo = 0, send_hi = 0;
+};
+
+/// Recursive halving reduce-scatter in place on `buf` over pof2 groups of bytes
+/// [goff[g], goff[g+1]), nearest partner first (distance doubling, as Gloo's halving-doubling):
+/// the first and largest exchange is between neighbouring ranks, which launchers place on one
+/// host, and each step that reaches further carries half as much, so across hosts a rank sends
+/// n/L·(1 - 1/H) rather than n/2 first (L ranks per host, H hosts). Each rank ends with one
+/// fully reduced group (not group g); `mirror_all_gather` undoes the steps. Only active ranks
+/// call it.
+template <class Ctx>
+std::vector<halving_step> nearest_halving_reduce_scatter(Ctx& c, std::byte* buf,
+                                                         std::span<const std::size_t> goff,
+                                                         const fold& f) {
+  std::vector<halving_step> steps;
+  int lo = 0, hi = f.pof2;
+  for (int mask = 1; mask < f.pof2; mask *= 2) {
+    // Partners differ only in this bit, so they hold the same range [lo, hi) here.
+    const int mid = lo + (hi - lo) / 2;
+    const bool upper = (f.newrank & mask) != 0;
+    halving_step st{f.old_rank(f.newrank ^ mask), upper ? mid : lo, upper ? hi : mid,
+                    upper ? lo : mid, upper ? mid : hi};
+    const auto sl = static_cast<std::size_t>(st.send_lo), sh = static_cast<std::size_t>(st.send_hi);
+    const auto kl = static_cast<std::size_t>(st.keep_lo), kh = static_cast<std::size_t>(st.keep_hi);
+    c.sendrecv_reduce(st.partner, buf + goff[sl], goff[sh] - goff[sl], st.partner, buf + goff[kl],
+                      goff[kh] - goff[kl]);
+    lo = st.keep_lo;
+    hi = st.keep_hi;
+    steps.push_back(st);
+  }
+  return steps;
+}
+
+/// The all-gather that mirrors `steps` (nearest_halving_reduce_scatter's), last step first:
+/// each rank sends the range it kept, now complete, and receives the range it sent.
+template <class Ctx>
+void mirror_all_gather(Ctx& c, std::byte* buf, std::span<const std::size_t> goff,
+                       const std::vector<halving_step>& steps) {
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const auto sl = static_cast<std::size_t>(it->send_lo),
+               sh = static_cast<std::size_t>(it->send_hi);
+    const auto kl = static_cast<std::size_t>(it->keep_lo),
+               kh = static_cast<std::size_t>(it->keep_hi);
+    c.sendrecv(it->partner, buf + goff[kl], goff[kh] - goff[kl], it->partner, buf + goff[sl],
+               goff[sh] - goff[sl]);
+  }
+}
+
 /// Recursive doubling all-gather in place on `buf`: new rank g holds group g; afterwards every
 /// active rank holds all groups.
 template <class Ctx>

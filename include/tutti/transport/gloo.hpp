@@ -144,7 +144,10 @@ class gloo {
   }
   /// `costs` with what this world found at run time, for tutti::automatic: single copies' α
   /// and β where every pair has them (a world on one host), and the ranks per CPU of its most
-  /// crowded machine. The same on every rank.
+  /// crowded machine. Across hosts, the link's α and β where TUTTI_LINK_GBPS /
+  /// TUTTI_LINK_ALPHA_US say them, and, with ranks in equal blocks host by host, the hosts and
+  /// ranks per host (a message inside a host costing `costs`' α and β, loopback TCP), so that
+  /// automatic prices which steps cross hosts. The same on every rank.
   [[nodiscard]] cost_model world_costs() const noexcept {
     cost_model m = costs;
     if (s_->single_copy_world) {
@@ -152,7 +155,7 @@ class gloo {
       m.beta_us_per_byte = single_copy_beta_us_per_byte;
     }
     m.ranks_per_cpu = s_->ranks_per_cpu;
-    return m;
+    return s_->link.apply(m, s_->hosts, costs.alpha_us, costs.beta_us_per_byte);
   }
   /// Gloo's context, for running Gloo's own algorithms on tutti's connections. Gloo's legacy
   /// algorithm classes (AllreduceRing and friends) set SO_SNDBUF on the connections they use

@@ -49,8 +49,7 @@ class layered : public Remote {
   layered(Remote world, const options& opts)
       : Remote(std::move(world)), lv_(std::make_shared<levels>()) {
     Remote& w = *this;
-    lv_->link_gbps = positive_from_env("TUTTI_LINK_GBPS", w.rank());
-    lv_->link_alpha_us = positive_from_env("TUTTI_LINK_ALPHA_US", w.rank());
+    lv_->link = detail::link_settings::from_env(w.rank());
     lv_->hosts = detail::map_identities(w.host_ids(), w.rank());
     const host_map& h = lv_->hosts;
     detail::split_plan local;
@@ -125,8 +124,8 @@ class layered : public Remote {
   [[nodiscard]] cost_model world_costs() const noexcept {
     cost_model m = costs_of_remote();
     if (lv_->hosts.hosts > 1) {
-      if (lv_->link_gbps > 0) m.beta_us_per_byte = 8e-3 / lv_->link_gbps;
-      if (lv_->link_alpha_us > 0) m.alpha_us = lv_->link_alpha_us;
+      if (lv_->link.gbps > 0) m.beta_us_per_byte = 8e-3 / lv_->link.gbps;
+      if (lv_->link.alpha_us > 0) m.alpha_us = lv_->link.alpha_us;
     }
     if (two_level()) {
       m.hosts = lv_->hosts.hosts;
@@ -153,8 +152,7 @@ class layered : public Remote {
 
   struct levels {
     host_map hosts;
-    double link_gbps = 0;      // TUTTI_LINK_GBPS; 0: Remote's β
-    double link_alpha_us = 0;  // TUTTI_LINK_ALPHA_US; 0: Remote's α
+    detail::link_settings link;  // TUTTI_LINK_GBPS, TUTTI_LINK_ALPHA_US; 0: Remote's
     std::optional<Local> local;
     std::optional<Remote> cross;
     std::uint64_t local_seq = 0;
@@ -162,19 +160,6 @@ class layered : public Remote {
     detail::scratch_space local_scratch;
     detail::scratch_space cross_scratch;
   };
-
-  /// The number > 0 in environment variable `var`; 0 when unset; errc::invalid_argument for
-  /// anything else.
-  [[nodiscard]] static double positive_from_env(const char* var, int rank) {
-    const std::string s = detail::env_string(var);
-    if (s.empty()) return 0;
-    char* end = nullptr;
-    const double v = std::strtod(s.c_str(), &end);
-    if (end == s.c_str() || *end != '\0' || !(v > 0) || v > 1e9)
-      throw error(errc::invalid_argument, "", 0, rank, -1,
-                  std::string(var) + "=" + s + " is not a number > 0");
-    return v;
-  }
 
   [[nodiscard]] cost_model costs_of_remote() const noexcept {
     if constexpr (requires(const Remote& r) {

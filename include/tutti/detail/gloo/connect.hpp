@@ -136,7 +136,11 @@ inline void gloo_post_sentinels(gloo_state& st) {
 /// host of every rank (gloo_state::host_ids). Counts the ranks on this machine.
 inline void gloo_count_host_ranks(gloo_state& st, clock::time_point deadline) {
   st.host_ids.assign(static_cast<std::size_t>(st.size), host_identity());
-  if (st.size == 1) return;
+  st.link = link_settings::from_env(st.rank);
+  if (st.size == 1) {
+    st.hosts = map_identities(st.host_ids, st.rank);
+    return;
+  }
   const std::string boot = boot_id();
   const unsigned hw = std::thread::hardware_concurrency();
   const auto key = [&](int q) { return st.prefix + "host/" + std::to_string(q); };
@@ -167,6 +171,7 @@ inline void gloo_count_host_ranks(gloo_state& st, clock::time_point deadline) {
     st.ranks_per_cpu = std::max(st.ranks_per_cpu, double(h.first) / h.second);
     if (id == boot) st.host_ranks = h.first;
   }
+  st.hosts = map_identities(st.host_ids, st.rank);
   st.oversubscribed = oversubscribed(st.host_ranks);
   if (debug_info())
     std::fprintf(stderr,

@@ -24,6 +24,7 @@
 #include "tutti/detail/cma.hpp"
 #include "tutti/detail/gloo/objects.hpp"
 #include "tutti/detail/gloo/waker.hpp"
+#include "tutti/detail/host.hpp"
 
 namespace tutti::inline v0::detail {
 
@@ -93,6 +94,8 @@ struct gloo_state {
   /// CPUs this process may use (detail::oversubscribed; waits spin less).
   int host_ranks = 1;
   std::vector<std::string> host_ids;  // every rank's host (detail/host.hpp), learnt at connect
+  host_map hosts;                     // the same, mapped (which ranks share a host)
+  link_settings link;                 // TUTTI_LINK_GBPS, TUTTI_LINK_ALPHA_US, read at connect
   bool oversubscribed = false;
   /// Ranks per CPU on the world's most crowded machine; the same on every rank (costs).
   double ranks_per_cpu = 0;
