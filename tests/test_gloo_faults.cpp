@@ -255,9 +255,15 @@ TEST_CASE("native: calls of count 0 meet, so a disagreement at count 0 raises to
     });
     for (int r = 0; r < 3; ++r) CHECK(exited_with(status[static_cast<std::size_t>(r)], 0));
   }
+  // The first rank to raise meets its deadline (timeout) and closes its connections; the other,
+  // whose deadline comes a little later, may see them close first on a busy machine (peer_lost,
+  // naming the first). Neither returns normally.
   const auto disagree = [](auto&& call) {
-    for (const int kind : native_disagreement(call))
-      CHECK(kind == static_cast<int>(tutti::errc::timeout));
+    const auto kinds = native_disagreement(call);
+    const int timeout = static_cast<int>(tutti::errc::timeout);
+    const int lost = static_cast<int>(tutti::errc::peer_lost);
+    CHECK((kinds[0] == timeout || kinds[1] == timeout));
+    for (const int kind : kinds) CHECK((kind == timeout || kind == lost));
   };
   SUBCASE("broadcast roots disagree") {
     disagree([](auto& comm, int r) { comm.broadcast(std::span<float>(), r); });
