@@ -4,8 +4,9 @@
 //   model-scaling [--link-gbps G] [--link-alpha-us A] [--sizes 4,65536,...] [--shapes 1x8,2x4,...]
 //                 [--inside shm|gloo]
 //
-// Inside a host: tutti::shm's costs (tutti::cluster), or with --inside gloo tutti::gloo's
-// loopback TCP costs (a flat tutti::gloo world across hosts: no hierarchical column). Between
+// Inside a host: tutti::shm's costs for hierarchical and gloo's loopback TCP for the flat
+// policies (tutti::cluster), or with --inside gloo tutti::gloo's loopback TCP costs for all (a
+// flat tutti::gloo world across hosts: no hierarchical column). Between
 // hosts: a link of G Gbit/s (default 10) with α = A µs (default 30), every rank of a host
 // sharing its link, as tutti::cluster and tutti::gloo tell automatic when TUTTI_LINK_GBPS /
 // TUTTI_LINK_ALPHA_US are set. Prints one markdown table per size: predicted microseconds per
@@ -125,6 +126,10 @@ int main(int argc, char** argv) {
       m.ranks_per_host = l;
       m.local_alpha_us = local.alpha_us;
       m.local_beta_us_per_byte = local.beta_us_per_byte;
+      // On tutti::cluster a flat policy's messages inside a host ride gloo's TCP (or its
+      // single copies), not shared memory: what layered tells automatic.
+      m.flat_local_alpha_us = tutti::detail::gloo_costs::tcp.alpha_us;
+      m.flat_local_beta_us_per_byte = tutti::detail::gloo_costs::tcp.beta_us_per_byte;
       const tutti::detail::cost_inputs in(bytes, h * l, m);
       std::printf("| %d × %d | %d |", h, l, h * l);
       std::string best;

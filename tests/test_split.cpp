@@ -15,8 +15,10 @@
 
 #include <doctest/doctest.h>
 
+#include <tutti/algorithm/recursive_doubling.hpp>
 #include <tutti/algorithm/recursive_halving.hpp>
 #include <tutti/algorithm/ring.hpp>
+#include <tutti/algorithm/tree.hpp>
 #include <tutti/hosts.hpp>
 #include <tutti/mesh.hpp>
 #include <tutti/run.hpp>
@@ -292,6 +294,14 @@ TEST_CASE("host map: ranks in blocks host by host; the link a world across hosts
       2 * (2.0 + 0.5 * n * 1e-4 + 50.0 + 0.5 * n * 8e-3) + 0.75 * n * m.gamma_us_per_byte;
   CHECK(tutti::recursive_halving::cost(tutti::detail::collective::all_reduce, in).value() ==
         doctest::Approx(want));
+  // tree: the binomial reduce and broadcast each take one step inside and one across, the
+  // whole vector each; recursive doubling one exchange inside, one across by both ranks of a
+  // host at once (the link shared by 2).
+  const double g = m.gamma_us_per_byte;
+  CHECK(tutti::tree::cost(tutti::detail::collective::all_reduce, in).value() ==
+        doctest::Approx(2 * (2.0 + n * 1e-4 + 50.0 + n * 8e-3) + 2 * n * g));
+  CHECK(tutti::recursive_doubling::cost(tutti::detail::collective::all_reduce, in).value() ==
+        doctest::Approx(2.0 + n * 1e-4 + 50.0 + 2 * n * 8e-3 + 2 * n * g));
   // 3 hosts: not a power of two, so the flat view (the slower level, the link shared by 2).
   const tutti::cost_model m3 =
       link.apply(base, map_identities({"a", "a", "b", "b", "c", "c"}, 0), 2.0, 1e-4);

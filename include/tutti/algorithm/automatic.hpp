@@ -70,12 +70,17 @@ template <class T>
 /// On a world across hosts (cost_inputs::across_hosts), a flat policy sees the slower of the
 /// two levels, and a host's link split among its ranks unless its schedule crosses each host
 /// boundary once each way (`one_flow_per_link`: ring, with ranks numbered host by host); a
-/// policy that prices the levels itself (`prices_levels`: hierarchical) sees them as they are.
+/// policy that prices the levels itself (`prices_levels`: hierarchical, and the nearest-first
+/// recursive schedules) sees them as they are.
 template <class P>
 [[nodiscard]] double predicted_cost(collective k, const cost_inputs& in) noexcept {
   if constexpr (!requires { P::prices_levels; }) {
     if (in.across_hosts())
       return predicted_cost<P>(k, in.flat_across_hosts(!requires { P::one_flow_per_link; }));
+  } else if (in.across_hosts()) {
+    // Levels priced by the policy; on a crowded machine (simulated hosts) its path stretched.
+    const double c = P::cost(k, in).value_or(std::numeric_limits<double>::infinity());
+    return k == collective::all_reduce && in.crowded() ? in.m.ranks_per_cpu * c : c;
   }
   if (k == collective::all_reduce && in.crowded()) {
     if constexpr (requires { P::crowded_all_reduce(in); })

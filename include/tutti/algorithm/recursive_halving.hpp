@@ -33,13 +33,11 @@ struct recursive_halving {
   [[nodiscard]] static std::optional<double> cost(detail::collective k,
                                                   const detail::cost_inputs& in) noexcept {
     if (in.across_hosts()) {
-      const int h = in.m.hosts, l = in.m.ranks_per_host;
-      const bool pow2 = (h & (h - 1)) == 0 && (l & (l - 1)) == 0;
-      if (k != detail::collective::all_reduce || !pow2) return cost(k, in.flat_across_hosts(true));
-      const double hh = h, ll = l, n = in.n;
-      const double inside =
-          std::log2(ll) * in.m.local_alpha_us + (1 - 1 / ll) * n * in.m.local_beta_us_per_byte;
-      const double across = std::log2(hh) * in.a + (1 - 1 / hh) * n * in.b;
+      const auto lv = in.recursive_levels();
+      if (k != detail::collective::all_reduce || !lv) return cost(k, in.flat_across_hosts(true));
+      const double n = in.n;
+      const double inside = lv->inside * lv->al + (1 - 1 / lv->l) * n * lv->bl;
+      const double across = lv->across * lv->a + (1 - std::exp2(-lv->across)) * n * lv->b;
       return 2 * (inside + across) + in.frac * n * in.g;
     }
     const double n = in.n, a = in.a, b = in.b, g = in.g, lg = in.lg;

@@ -16,8 +16,22 @@ struct tree {
   static constexpr const char* name = "tree";
 
   /// Predicted microseconds of collective `k` (nullopt: not implemented here).
+  /// Across hosts its all_reduce prices the two levels itself (see cost).
+  static constexpr bool prices_levels = true;
+
+  /// Predicted microseconds of collective `k`. Across hosts (ranks numbered host by host, L
+  /// and H powers of two), the all_reduce's binomial reduce takes log₂ L steps inside each host,
+  /// then log₂ H across with one rank per host still sending, and its broadcast the same back;
+  /// anything else sees the slower level (cost_inputs::flat_across_hosts).
   [[nodiscard]] static std::optional<double> cost(detail::collective k,
                                                   const detail::cost_inputs& in) noexcept {
+    if (in.across_hosts()) {
+      const auto lv = in.recursive_levels();
+      if (k != detail::collective::all_reduce || !lv) return cost(k, in.flat_across_hosts(true));
+      const double n = in.n;
+      return 2 * (lv->inside * (lv->al + n * lv->bl) + lv->across * (lv->a + n * lv->b)) +
+             in.lg * n * in.g;
+    }
     const double n = in.n, a = in.a, b = in.b, g = in.g, lg = in.lg;
     switch (k) {
       case detail::collective::all_reduce:

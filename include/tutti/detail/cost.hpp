@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <optional>
 
 namespace tutti::inline v0 {
 
@@ -29,6 +30,12 @@ struct cost_model {
   int ranks_per_host = 0;
   double local_alpha_us = 0.0;
   double local_beta_us_per_byte = 0.0;
+  /// α and β of a flat schedule's message between two ranks of one host, where it takes
+  /// another path than the local level's (tutti::layered: a flat policy's messages all ride
+  /// the Remote transport, shared memory is hierarchical's); 0: local_alpha_us and
+  /// local_beta_us_per_byte.
+  double flat_local_alpha_us = 0.0;
+  double flat_local_beta_us_per_byte = 0.0;
 
   friend bool operator==(const cost_model&, const cost_model&) = default;
 };
@@ -85,6 +92,36 @@ struct cost_inputs {
   /// Whether the world spans hosts in two levels (tutti::layered): m's α and β are then a
   /// host link's, and local_alpha_us, local_beta_us_per_byte a message's inside a host.
   [[nodiscard]] bool across_hosts() const noexcept { return m.hosts > 1 && m.ranks_per_host > 0; }
+  /// α and β of a flat schedule's message inside a host (cost_model::flat_local_alpha_us).
+  [[nodiscard]] double flat_local_alpha_us() const noexcept {
+    return m.flat_local_alpha_us > 0 ? m.flat_local_alpha_us : m.local_alpha_us;
+  }
+  [[nodiscard]] double flat_local_beta_us_per_byte() const noexcept {
+    return m.flat_local_beta_us_per_byte > 0 ? m.flat_local_beta_us_per_byte
+                                             : m.local_beta_us_per_byte;
+  }
+  /// The steps of a nearest-first recursive schedule (recursive halving, recursive doubling, a
+  /// binomial tree) on a world across hosts, ranks numbered host by host: the first log₂ L go
+  /// between ranks of one host (`inside`, at a flat message's α_host and β_host), the last
+  /// log₂ H between hosts (`across`, at the link's α and β). Only where L and H are powers of
+  /// two (otherwise the folds and partners mix the levels: flat_across_hosts).
+  struct level_steps {
+    double inside, across;  // steps at each level
+    double al, bl;          // a message inside a host
+    double a, b;            // a message between hosts, with the link to itself
+    double l;               // ranks per host: the flows on a host's link when all cross at once
+  };
+  [[nodiscard]] std::optional<level_steps> recursive_levels() const noexcept {
+    const int h = m.hosts, l = m.ranks_per_host;
+    if (!across_hosts() || (h & (h - 1)) != 0 || (l & (l - 1)) != 0) return std::nullopt;
+    return level_steps{std::log2(static_cast<double>(l)),
+                       std::log2(static_cast<double>(h)),
+                       flat_local_alpha_us(),
+                       flat_local_beta_us_per_byte(),
+                       a,
+                       b,
+                       static_cast<double>(l)};
+  }
   /// The same call as a flat schedule over every rank sees it: each step waits for its
   /// slowest message, so α and β are the larger of the link's and a host's; and where the
   /// step has every rank of a host send to other hosts at once (`shares_links`), they split the
@@ -92,8 +129,8 @@ struct cost_inputs {
   [[nodiscard]] cost_inputs flat_across_hosts(bool shares_links) const noexcept {
     cost_model s = m;
     const double share = shares_links ? m.ranks_per_host : 1;
-    s.alpha_us = std::max(m.alpha_us, m.local_alpha_us);
-    s.beta_us_per_byte = std::max(m.beta_us_per_byte * share, m.local_beta_us_per_byte);
+    s.alpha_us = std::max(m.alpha_us, flat_local_alpha_us());
+    s.beta_us_per_byte = std::max(m.beta_us_per_byte * share, flat_local_beta_us_per_byte());
     s.hosts = 0;
     return {n, ranks, s, segment, slot_bytes};
   }

@@ -31,6 +31,7 @@
 #error "tutti::gloo needs a Gloo built with its TCP transport"
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -124,6 +125,13 @@ class gloo {
   }
   /// Ranks of this world on this rank's machine, this one included (same kernel boot).
   [[nodiscard]] int host_ranks() const noexcept { return s_->host_ranks; }
+  /// Waits as for `ranks` processes on this machine (never fewer than this world has there):
+  /// a world that is one level of a larger one (tutti::layered's ranks across hosts) shares
+  /// the CPUs with ranks it does not know of. Call before the first collective.
+  void share_machine(int ranks) noexcept {
+    s_->host_ranks = std::max(ranks, s_->host_ranks);
+    s_->oversubscribed = detail::oversubscribed(s_->host_ranks);
+  }
   /// Every rank's host (detail/host.hpp: host name, boot id, network namespace, or
   /// TUTTI_HOST), exchanged when the world connected; index = rank.
   [[nodiscard]] const std::vector<std::string>& host_ids() const noexcept { return s_->host_ids; }

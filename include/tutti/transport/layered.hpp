@@ -61,6 +61,7 @@ class layered : public Remote {
     local.size = h.local_size;
     lv_->local.emplace(std::move(
         *Local::join_split(local, w.store_exchange("layered/local", opts.timeout), opts)));
+    share_machine(*lv_->local);
     if (!h.uniform()) return;
     detail::split_plan cross;
     cross.id = split_id;
@@ -70,6 +71,7 @@ class layered : public Remote {
     cross.rank = h.host;
     cross.size = h.hosts;
     lv_->cross.emplace(std::move(*w.split(cross, {}, opts)));
+    share_machine(*lv_->cross);
   }
 
   /// This rank's endpoint of the world its launcher started (as Remote::from_env).
@@ -132,6 +134,9 @@ class layered : public Remote {
       m.ranks_per_host = lv_->hosts.local_size;
       m.local_alpha_us = Local::costs.alpha_us;
       m.local_beta_us_per_byte = Local::costs.beta_us_per_byte;
+      // A flat policy's messages inside a host ride Remote, as on a flat Remote world.
+      m.flat_local_alpha_us = costs_of_remote_alone().alpha_us;
+      m.flat_local_beta_us_per_byte = costs_of_remote_alone().beta_us_per_byte;
     }
     return m;
   }
@@ -161,6 +166,17 @@ class layered : public Remote {
     detail::scratch_space cross_scratch;
   };
 
+  /// Remote's own α and β between two ranks (without what world_costs adds for hosts).
+  [[nodiscard]] static constexpr cost_model costs_of_remote_alone() noexcept {
+    return Remote::costs;
+  }
+  /// Tells a level how many of the world's ranks share this machine (simulated hosts, as
+  /// tests/netns makes, share one), so that its waits spin as little as the world's do.
+  template <class Level>
+  void share_machine(Level& level) const noexcept {
+    if constexpr (requires(const Remote& r) { level.share_machine(r.host_ranks()); })
+      level.share_machine(Remote::host_ranks());
+  }
   [[nodiscard]] cost_model costs_of_remote() const noexcept {
     if constexpr (requires(const Remote& r) {
                     { r.world_costs() } -> std::same_as<cost_model>;

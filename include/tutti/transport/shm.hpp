@@ -336,6 +336,14 @@ class shm {
     return shm(detail::shm_join(rank, size, publish, fetch, opts));
   }
 
+  /// Waits as for `ranks` processes on this machine (never fewer than this world's): a world
+  /// that is one level of a larger one (tutti::layered's ranks of one host, on a machine that
+  /// runs other "hosts" too) shares the CPUs with ranks it does not know of, and spinning
+  /// while they need a CPU slows everyone. Call before the first collective.
+  void share_machine(int ranks) noexcept {
+    s_->tuning = detail::wait_tuning::for_host(std::max(ranks, s_->size));
+  }
+
   /// This rank's endpoint in the child `p` plans (communicator::split): see join_split.
   [[nodiscard]] std::optional<shm> split(const detail::split_plan& p,
                                          const detail::split_exchange& exchange,
