@@ -7,6 +7,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <string_view>
 
@@ -37,6 +38,21 @@ namespace tutti::inline v0::detail {
   if (n <= 0) return false;
   const char state = proc_stat_state(std::string_view(buf, static_cast<std::size_t>(n)));
   return state == 'T' || state == 't';
+}
+
+/// Whether process `pid` has ended: no such process, or a zombie its parent has not reaped
+/// yet. False where it runs, or where its state cannot be read for another reason.
+[[nodiscard]] inline bool process_gone(pid_t pid) noexcept {
+  if (pid <= 0) return false;
+  char path[32];
+  std::snprintf(path, sizeof path, "/proc/%ld/stat", static_cast<long>(pid));
+  const unique_fd fd(::open(path, O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return errno == ENOENT;
+  char buf[512];
+  const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+  if (n <= 0) return false;
+  const char state = proc_stat_state(std::string_view(buf, static_cast<std::size_t>(n)));
+  return state == 'Z' || state == 'X';
 }
 
 }  // namespace tutti::inline v0::detail

@@ -5,6 +5,9 @@
 /// sentinels that tell a closed connection, count the ranks per machine, probe single copies,
 /// and set the watch the waker runs while Gloo runs a collective of its own.
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -129,11 +132,13 @@ inline void gloo_post_sentinels(gloo_state& st) {
   }
 }
 
-/// Every rank publishes its machine's boot id and CPU count and its host identity
-/// ("<boot id> <cpus> <host>", detail/host.hpp); every rank reads them all, so all find the
-/// same ranks per CPU on the most crowded machine (the machine's online CPUs, which every
-/// process on it sees alike: a process's own affinity may differ between ranks) and the same
-/// host of every rank (gloo_state::host_ids). Counts the ranks on this machine.
+/// Every rank publishes its machine's boot id and CPU count, its process ("<pid>@<PID
+/// namespace>") and its host identity ("<boot id> <cpus> <process> <host>", detail/host.hpp);
+/// every rank reads them all, so all find the same ranks per CPU on the most crowded machine
+/// (the machine's online CPUs, which every process on it sees alike: a process's own affinity
+/// may differ between ranks) and the same host of every rank (gloo_state::host_ids). Counts
+/// the ranks on this machine, and notes the pid of every peer on it in this PID namespace
+/// (gloo_state::peer_pid: whether a peer's process has ended, without CMA).
 inline void gloo_count_host_ranks(gloo_state& st, clock::time_point deadline) {
   st.host_ids.assign(static_cast<std::size_t>(st.size), host_identity());
   st.link = link_settings::from_env(st.rank);
@@ -144,15 +149,28 @@ inline void gloo_count_host_ranks(gloo_state& st, clock::time_point deadline) {
   const std::string boot = boot_id();
   const unsigned hw = std::thread::hardware_concurrency();
   const auto key = [&](int q) { return st.prefix + "host/" + std::to_string(q); };
+  struct stat pidns {};
+  const std::string ns = ::stat("/proc/self/ns/pid", &pidns) == 0
+                             ? std::to_string(static_cast<unsigned long long>(pidns.st_ino))
+                             : "?";
+  const std::string me = std::to_string(::getpid()) + "@" + ns;
   st.store->set_string(
-      key(st.rank),
-      (boot.empty() || hw == 0 ? "? 0" : boot + " " + std::to_string(hw)) + " " + host_identity());
+      key(st.rank), (boot.empty() || hw == 0 ? "? 0" : boot + " " + std::to_string(hw)) + " " + me +
+                        " " + host_identity());
+  st.peer_pid.assign(static_cast<std::size_t>(st.size), 0);
   std::map<std::string, std::pair<int, unsigned>, std::less<>> hosts;  // ranks, CPUs
   for (int q = 0; q < st.size; ++q) {
     const std::string v = st.store->get_string(key(q), gloo_left(deadline));
     std::string_view rest = v;
     const auto id = next_field(rest, false);
     const auto cpus = next_integer<unsigned>(rest, false);
+    if (const auto proc = next_field(rest, false);
+        q != st.rank && proc && ns != "?" && id && *id == boot && !boot.empty()) {
+      const auto at = proc->find('@');
+      if (at != std::string_view::npos && proc->substr(at + 1) == ns)
+        if (const auto pid = parse_integer<int>(proc->substr(0, at)); pid && *pid > 0)
+          st.peer_pid[static_cast<std::size_t>(q)] = static_cast<pid_t>(*pid);
+    }
     // The rest is the host, whatever it holds (TUTTI_HOST may have spaces); unreadable: a host
     // of its own.
     std::string& host = st.host_ids[static_cast<std::size_t>(q)];

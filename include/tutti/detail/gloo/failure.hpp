@@ -10,11 +10,13 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "tutti/core/error.hpp"
 #include "tutti/detail/call.hpp"
 #include "tutti/detail/gloo/state.hpp"
 #include "tutti/detail/gloo_support.hpp"
+#include "tutti/detail/proc_state.hpp"
 
 namespace tutti::inline v0::detail {
 
@@ -133,11 +135,38 @@ inline void gloo_abort_world(gloo_state& st, const gloo_abort_record& why,
               "this rank's connections were closed by an earlier error");
 }
 
+/// How long a closed connection with no abort record behind it waits for one. Gloo's own
+/// timeout closes a rank's connections a moment before tutti records why (the record follows
+/// once the exception reaches tutti, later on a busy machine): a peer that timed out is not
+/// dead, and its record names the rank that stopped.
+inline constexpr std::chrono::milliseconds gloo_record_grace{500};
+
+/// Whether `peer`'s process is known to have ended (a peer on this machine, in this PID
+/// namespace: gloo_state::peer_pid); false where it is not known.
+[[nodiscard]] inline bool gloo_peer_gone(const gloo_state& st, int peer) noexcept {
+  return peer >= 0 && static_cast<std::size_t>(peer) < st.peer_pid.size() &&
+         process_gone(st.peer_pid[static_cast<std::size_t>(peer)]);
+}
+
+/// Another rank's abort record, waiting up to gloo_record_grace for one to appear unless
+/// `peer` is known gone; nullopt if none came.
+[[nodiscard]] inline std::optional<gloo_abort_record> gloo_await_record(gloo_state& st, int peer) {
+  const auto until = clock::now() + gloo_record_grace;
+  for (;;) {
+    if (auto rec = gloo_recorded_abort(st); rec && rec->writer != st.rank) return rec;
+    if (clock::now() >= until || gloo_peer_gone(st, peer)) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
 /// A Gloo call failed or a connection closed while talking to `peer` (-1: unknown). If some
-/// rank aborted the world, raises its reason; else the peer is gone: errc::peer_lost.
+/// rank aborted the world, raises its reason (waiting gloo_record_grace for one, unless the
+/// peer is known gone); else the peer is gone: errc::peer_lost.
 [[noreturn]] inline void gloo_lost(gloo_state& st, const call& c, int peer,
                                    const std::string& gloo_what) {
-  if (auto rec = gloo_recorded_abort(st); rec && rec->writer != st.rank) {
+  auto rec = gloo_recorded_abort(st);
+  if (!st.aborted && !(rec && rec->writer != st.rank)) rec = gloo_await_record(st, peer);
+  if (rec && rec->writer != st.rank) {
     gloo_raise_recorded(st, c, *rec);
   } else if (rec && st.aborted && rec->code == errc::peer_lost) {
     // This rank's native watch saw the peer go and closed the connections.

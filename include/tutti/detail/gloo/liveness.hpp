@@ -156,8 +156,11 @@ inline void gloo_native_watch(gloo_state& st) {
       gloo_abort_world(st, *rec, false);
     } else if (st.suspect != q) {
       // Gloo's own timeout closes a rank's connections a moment before tutti records
-      // why: give q one tick to leave its record before calling it dead.
+      // why: give q gloo_record_grace to leave its record before calling it dead.
       st.suspect = q;
+      st.suspect_since = clock::now();
+    } else if (clock::now() - st.suspect_since < gloo_record_grace && !gloo_peer_gone(st, q)) {
+      return;
     } else {
       gloo_abort_world(st, {errc::peer_lost, st.rank, q,
                             "rank " + std::to_string(q) +

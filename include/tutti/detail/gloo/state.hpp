@@ -76,6 +76,7 @@ struct gloo_state {
   std::uint64_t native_watched = 0;
   std::uint64_t suspect_call = 0;
   int suspect = -1;  // a peer whose connection closed with no abort record yet, seen once
+  std::chrono::steady_clock::time_point suspect_since{};  // when the watch first saw it
   std::vector<std::string> native_beats;
   std::vector<std::chrono::steady_clock::time_point> native_moved;
   std::byte dummy{};  // a valid address for zero-byte buffers
@@ -88,6 +89,7 @@ struct gloo_state {
   /// Single copies (detail/cma.hpp): each peer's pid where both can read and write the other's
   /// memory, else 0; this rank's mailbox (its first word is the probe's word); each peer's link.
   std::vector<pid_t> cma_pid;
+  std::vector<pid_t> peer_pid;  // every peer's pid on this machine and PID namespace, else 0
   cma_inbox* mailbox = nullptr;
   std::vector<cma_link> cma_links;
   /// Ranks of this world on this machine (this one included), and whether they outnumber the
