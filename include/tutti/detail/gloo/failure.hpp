@@ -141,10 +141,15 @@ inline void gloo_abort_world(gloo_state& st, const gloo_abort_record& why,
 /// dead, and its record names the rank that stopped.
 inline constexpr std::chrono::milliseconds gloo_record_grace{500};
 
-/// Whether `peer`'s process is known to have ended (a peer on this machine, in this PID
-/// namespace: gloo_state::peer_pid); false where it is not known.
+/// Whether `peer`'s process (-1: any peer's) is known to have ended (a peer on this machine,
+/// in this PID namespace: gloo_state::peer_pid); false where it is not known.
 [[nodiscard]] inline bool gloo_peer_gone(const gloo_state& st, int peer) noexcept {
-  return peer >= 0 && static_cast<std::size_t>(peer) < st.peer_pid.size() &&
+  if (peer < 0) {
+    for (int q = 0; q < static_cast<int>(st.peer_pid.size()); ++q)
+      if (gloo_peer_gone(st, q)) return true;
+    return false;
+  }
+  return static_cast<std::size_t>(peer) < st.peer_pid.size() &&
          process_gone(st.peer_pid[static_cast<std::size_t>(peer)]);
 }
 
