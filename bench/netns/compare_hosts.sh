@@ -43,6 +43,9 @@
 #          gloo_halving_doubling)   space-separated: tutti-bench --algo names (and automatic_tcp),
 #                                   each on --transport gloo, or NAME@TRANSPORT for another
 #                                   transport of tutti-bench; gloo_X for tutti-bench-gloo --algo X
+#   SLOW_START_AFTER_IDLE (unset)   net.ipv4.tcp_slow_start_after_idle in every host's
+#                                   namespace (0: a connection idle for a while keeps its
+#                                   congestion window; the kernel's default, 1, restarts slow)
 #   RUN_TIMEOUT (900)               seconds allowed per run (each rank)
 #   BIN_DIR (build/release/bench)   where tutti-bench and tutti-bench-gloo are; they are copied
 #                                   to a private directory at the start, so a rebuild during the
@@ -221,6 +224,9 @@ for ((h = 0; h < hosts; h++)); do
   ip -n "$ns" link set lo up
   ip -n "$br" link set "p$h" master br0
   ip -n "$br" link set "p$h" up
+  if [[ -n "${SLOW_START_AFTER_IDLE:-}" ]]; then
+    ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_slow_start_after_idle="$SLOW_START_AFTER_IDLE"
+  fi
   if ((${#tbf[@]})); then
     ip netns exec "$ns" tc qdisc add dev eth0 root "${tbf[@]}" 2>/dev/null ||
       skip "cannot shape a link: 'tc qdisc add ... ${tbf[*]}' failed (no tbf in this kernel?)"
