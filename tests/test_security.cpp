@@ -488,7 +488,7 @@ TEST_CASE("shm segments: random names, created exclusively with mode 0600") {
     const auto parts = td::shm_parse_name(n);
     REQUIRE(parts.has_value());
     CHECK(parts->pid == ::getpid());
-    CHECK(parts->pid_ns == td::shm_pid_namespace());
+    CHECK(parts->pid_ns == td::pid_namespace());
     const std::string random = n.substr(n.rfind('-') + 1);  // 128 bits from getrandom
     CHECK(random.size() == 32);
     CHECK(random.find_first_not_of("0123456789abcdef") == std::string::npos);
@@ -528,7 +528,7 @@ TEST_CASE("shm segments: random names, created exclusively with mode 0600") {
 TEST_CASE("shm segment names: parsed strictly; a segment whose creator died is swept") {
   const std::string ns = [] {
     char b[17];
-    std::snprintf(b, sizeof b, "%llx", td::shm_pid_namespace());
+    std::snprintf(b, sizeof b, "%llx", td::pid_namespace());
     return std::string(b);
   }();
   const std::string r32(32, 'a');

@@ -69,7 +69,8 @@ struct recursive_halving {
     detail::fold_in(c, out, bytes, f);
     if (f.newrank >= 0) {
       const auto goff = detail::even_offsets(c, count, f.pof2);
-      const auto steps = detail::nearest_halving_reduce_scatter(c, out, goff, f);
+      const auto steps =
+          detail::halving_reduce_scatter(c, out, goff, f, detail::halving_order::nearest_first);
       detail::mirror_all_gather(c, out, goff, steps);
     }
     detail::fold_out(c, out, bytes, f);
@@ -92,7 +93,7 @@ struct recursive_halving {
         const int first_old = g < f.rem ? 2 * g : g + f.rem;
         goff[static_cast<std::size_t>(g)] = static_cast<std::size_t>(first_old) * b;
       }
-      detail::halving_reduce_scatter(c, buf, goff, f);
+      (void)detail::halving_reduce_scatter(c, buf, goff, f, detail::halving_order::farthest_first);
     }
     if (r < 2 * f.rem) {  // the odd rank holds both blocks of its pair
       if (r % 2 == 1)

@@ -4,6 +4,7 @@
 /// (SIGSTOP, SIGTSTP, a debugger) apart from one that is merely slow or busy outside tutti.
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -38,6 +39,12 @@ namespace tutti::inline v0::detail {
   if (n <= 0) return false;
   const char state = proc_stat_state(std::string_view(buf, static_cast<std::size_t>(n)));
   return state == 'T' || state == 't';
+}
+
+/// This process's PID namespace: the inode number of /proc/self/ns/pid, 0 where unknown.
+[[nodiscard]] inline unsigned long long pid_namespace() noexcept {
+  struct stat st {};
+  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<unsigned long long>(st.st_ino) : 0;
 }
 
 /// Whether process `pid` has ended: no such process, or a zombie its parent has not reaped

@@ -28,28 +28,7 @@ struct fold {
   [[nodiscard]] int old_rank(int g) const noexcept { return g < rem ? 2 * g + 1 : g + rem; }
 };
 
-/// Recursive halving reduce-scatter in place on `buf` over pof2 groups of bytes
-/// [goff[g], goff[g+1]): new rank g ends with group g reduced. Only active ranks call it.
-template <class Ctx>
-void halving_reduce_scatter(Ctx& c, std::byte* buf, std::span<const std::size_t> goff,
-                            const fold& f) {
-  int lo = 0, hi = f.pof2;
-  for (int mask = f.pof2 / 2; mask >= 1; mask /= 2) {
-    const int partner = f.old_rank(f.newrank ^ mask);
-    const int mid = lo + (hi - lo) / 2;
-    const bool upper = (f.newrank & mask) != 0;
-    const int keep_lo = upper ? mid : lo, keep_hi = upper ? hi : mid;
-    const int send_lo = upper ? lo : mid, send_hi = upper ? mid : hi;
-    const auto sl = static_cast<std::size_t>(send_lo), sh = static_cast<std::size_t>(send_hi);
-    const auto kl = static_cast<std::size_t>(keep_lo), kh = static_cast<std::size_t>(keep_hi);
-    c.sendrecv_reduce(partner, buf + goff[sl], goff[sh] - goff[sl], partner, buf + goff[kl],
-                      goff[kh] - goff[kl]);
-    lo = keep_lo;
-    hi = keep_hi;
-  }
-}
-
-/// One step of a nearest-first halving: this rank kept groups [keep_lo, keep_hi) and sent
+/// One step of a recursive halving: this rank kept groups [keep_lo, keep_hi) and sent
 /// [send_lo, send_hi) to `partner` (an old rank), which kept those.
 struct halving_step {
   int partner = 0;
@@ -57,25 +36,33 @@ struct halving_step {
   int send_lo = 0, send_hi = 0;
 };
 
+/// Which partner a recursive halving meets first.
+enum class halving_order {
+  farthest_first,  ///< new rank g ends with group g (reduce_scatter's order)
+  /// Distance doubling, as Gloo's halving-doubling: the first and largest exchange is between
+  /// neighbouring ranks, which launchers place on one host, and each step that reaches further
+  /// carries half as much, so across hosts a rank sends n/L·(1 - 1/H) rather than n/2 first
+  /// (L ranks per host, H hosts). Each rank ends with one group, not group g.
+  nearest_first,
+};
+
 /// Recursive halving reduce-scatter in place on `buf` over pof2 groups of bytes
-/// [goff[g], goff[g+1]), nearest partner first (distance doubling, as Gloo's halving-doubling):
-/// the first and largest exchange is between neighbouring ranks, which launchers place on one
-/// host, and each step that reaches further carries half as much, so across hosts a rank sends
-/// n/L·(1 - 1/H) rather than n/2 first (L ranks per host, H hosts). Each rank ends with one
-/// fully reduced group (not group g); `mirror_all_gather` undoes the steps. Only active ranks
-/// call it.
+/// [goff[g], goff[g+1]), in `order`: each rank ends with one group fully reduced. Returns the
+/// steps, which `mirror_all_gather` undoes. Only active ranks call it.
 template <class Ctx>
-std::vector<halving_step> nearest_halving_reduce_scatter(Ctx& c, std::byte* buf,
-                                                         std::span<const std::size_t> goff,
-                                                         const fold& f) {
+std::vector<halving_step> halving_reduce_scatter(Ctx& c, std::byte* buf,
+                                                 std::span<const std::size_t> goff, const fold& f,
+                                                 halving_order order) {
   std::vector<halving_step> steps;
   int lo = 0, hi = f.pof2;
-  for (int mask = 1; mask < f.pof2; mask *= 2) {
+  const bool nearest = order == halving_order::nearest_first;
+  for (int mask = nearest ? 1 : f.pof2 / 2; mask >= 1 && mask < f.pof2;
+       mask = nearest ? mask * 2 : mask / 2) {
     // Partners differ only in this bit, so they hold the same range [lo, hi) here.
     const int mid = lo + (hi - lo) / 2;
     const bool upper = (f.newrank & mask) != 0;
-    halving_step st{f.old_rank(f.newrank ^ mask), upper ? mid : lo, upper ? hi : mid,
-                    upper ? lo : mid, upper ? mid : hi};
+    const halving_step st{f.old_rank(f.newrank ^ mask), upper ? mid : lo, upper ? hi : mid,
+                          upper ? lo : mid, upper ? mid : hi};
     const auto sl = static_cast<std::size_t>(st.send_lo), sh = static_cast<std::size_t>(st.send_hi);
     const auto kl = static_cast<std::size_t>(st.keep_lo), kh = static_cast<std::size_t>(st.keep_hi);
     c.sendrecv_reduce(st.partner, buf + goff[sl], goff[sh] - goff[sl], st.partner, buf + goff[kl],
@@ -87,7 +74,7 @@ std::vector<halving_step> nearest_halving_reduce_scatter(Ctx& c, std::byte* buf,
   return steps;
 }
 
-/// The all-gather that mirrors `steps` (nearest_halving_reduce_scatter's), last step first:
+/// The all-gather that mirrors `steps` (halving_reduce_scatter's), last step first:
 /// each rank sends the range it kept, now complete, and receives the range it sent.
 template <class Ctx>
 void mirror_all_gather(Ctx& c, std::byte* buf, std::span<const std::size_t> goff,

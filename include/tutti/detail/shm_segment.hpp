@@ -48,12 +48,6 @@ namespace tutti::inline v0::detail {
   shm_fail(errc::transport_failure, rank, what + ": " + std::generic_category().message(err));
 }
 
-/// This process's PID namespace: the inode number of /proc/self/ns/pid, 0 where unknown.
-[[nodiscard]] inline unsigned long long shm_pid_namespace() noexcept {
-  struct stat st {};
-  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<unsigned long long>(st.st_ino) : 0;
-}
-
 /// What a segment's name says of its creator.
 struct shm_name_parts {
   unsigned long long pid_ns = 0;
@@ -100,7 +94,7 @@ struct shm_name_parts {
   }
   static constexpr char hex[] = "0123456789abcdef";
   char ns[17];
-  std::snprintf(ns, sizeof ns, "%llx", shm_pid_namespace());
+  std::snprintf(ns, sizeof ns, "%llx", pid_namespace());
   std::string name = "/tutti-" + std::string(ns) + "-" + std::to_string(::getpid()) + "-";
   for (unsigned char b : bytes) {
     name += hex[b >> 4];
@@ -158,7 +152,7 @@ inline ssize_t shm_read_proc(pid_t pid, const char* file, char* buf, std::size_t
 /// when their bootstrap fails, and rank 0 before it creates a segment. A creator in another
 /// PID namespace (a container sharing /dev/shm) cannot be judged and is left alone.
 inline int shm_sweep_orphans() noexcept {
-  const unsigned long long ns = shm_pid_namespace();
+  const unsigned long long ns = pid_namespace();
   if (ns == 0) return 0;
   DIR* dir = ::opendir("/dev/shm");
   if (dir == nullptr) return 0;

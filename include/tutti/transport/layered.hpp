@@ -124,19 +124,16 @@ class layered : public Remote {
   /// latency instead), with the hosts, ranks per host and Local's α and β where both levels
   /// exist.
   [[nodiscard]] cost_model world_costs() const noexcept {
-    cost_model m = costs_of_remote();
-    if (lv_->hosts.hosts > 1) {
-      if (lv_->link.gbps > 0) m.beta_us_per_byte = 8e-3 / lv_->link.gbps;
-      if (lv_->link.alpha_us > 0) m.alpha_us = lv_->link.alpha_us;
-    }
+    cost_model m = lv_->link.apply(costs_of_remote(), lv_->hosts, Remote::costs.alpha_us,
+                                   Remote::costs.beta_us_per_byte);
     if (two_level()) {
       m.hosts = lv_->hosts.hosts;
       m.ranks_per_host = lv_->hosts.local_size;
       m.local_alpha_us = Local::costs.alpha_us;
       m.local_beta_us_per_byte = Local::costs.beta_us_per_byte;
       // A flat policy's messages inside a host ride Remote, as on a flat Remote world.
-      m.flat_local_alpha_us = costs_of_remote_alone().alpha_us;
-      m.flat_local_beta_us_per_byte = costs_of_remote_alone().beta_us_per_byte;
+      m.flat_local_alpha_us = Remote::costs.alpha_us;
+      m.flat_local_beta_us_per_byte = Remote::costs.beta_us_per_byte;
     }
     return m;
   }
@@ -166,10 +163,6 @@ class layered : public Remote {
     detail::scratch_space cross_scratch;
   };
 
-  /// Remote's own α and β between two ranks (without what world_costs adds for hosts).
-  [[nodiscard]] static constexpr cost_model costs_of_remote_alone() noexcept {
-    return Remote::costs;
-  }
   /// Tells a level how many of the world's ranks share this machine (simulated hosts, as
   /// tests/netns makes, share one), so that its waits spin as little as the world's do.
   template <class Level>

@@ -5,7 +5,6 @@
 /// sentinels that tell a closed connection, count the ranks per machine, probe single copies,
 /// and set the watch the waker runs while Gloo runs a collective of its own.
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,6 +36,7 @@
 #include "tutti/detail/gloo/waker.hpp"
 #include "tutti/detail/gloo_support.hpp"
 #include "tutti/detail/host.hpp"
+#include "tutti/detail/proc_state.hpp"
 #include "tutti/detail/text_fields.hpp"
 #include "tutti/detail/wait.hpp"
 
@@ -149,10 +149,8 @@ inline void gloo_count_host_ranks(gloo_state& st, clock::time_point deadline) {
   const std::string boot = boot_id();
   const unsigned hw = std::thread::hardware_concurrency();
   const auto key = [&](int q) { return st.prefix + "host/" + std::to_string(q); };
-  struct stat pidns {};
-  const std::string ns = ::stat("/proc/self/ns/pid", &pidns) == 0
-                             ? std::to_string(static_cast<unsigned long long>(pidns.st_ino))
-                             : "?";
+  const unsigned long long pidns = pid_namespace();
+  const std::string ns = pidns != 0 ? std::to_string(pidns) : "?";
   const std::string me = std::to_string(::getpid()) + "@" + ns;
   st.store->set_string(
       key(st.rank), (boot.empty() || hw == 0 ? "? 0" : boot + " " + std::to_string(hw)) + " " + me +

@@ -169,8 +169,7 @@ inline constexpr std::chrono::milliseconds gloo_record_grace{500};
 /// peer is known gone); else the peer is gone: errc::peer_lost.
 [[noreturn]] inline void gloo_lost(gloo_state& st, const call& c, int peer,
                                    const std::string& gloo_what) {
-  auto rec = gloo_recorded_abort(st);
-  if (!st.aborted && !(rec && rec->writer != st.rank)) rec = gloo_await_record(st, peer);
+  const auto rec = st.aborted ? gloo_recorded_abort(st) : gloo_await_record(st, peer);
   if (rec && rec->writer != st.rank) {
     gloo_raise_recorded(st, c, *rec);
   } else if (rec && st.aborted && rec->code == errc::peer_lost) {
