@@ -154,6 +154,10 @@ void moving_forms(Comm& comm, const device_buffers& d, cudaStream_t s) {
   comm.send(d.fs(n), 1, 7, s);
   comm.recv(d.fs(n), 1);
   comm.recv(d.fs(n), 1, 7, s);
+  comm.isend(d.cfs(n), 1).wait();
+  comm.irecv(d.fs(n), 1, 0, s).wait();
+  comm.batch(s).send(d.cfs(n), 1).recv(d.fs(n), 1).start().wait();
+  comm.batch().recv(d.xs(n), 1).send(d.cxs(n), 1).run();
 }
 
 // automatic implements every collective on tutti::nccl, so none of the guards above skips a

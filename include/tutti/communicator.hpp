@@ -11,6 +11,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "tutti/algorithm/automatic.hpp"
 #include "tutti/core/device_span.hpp"
@@ -335,8 +336,8 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
     return this->barrier_impl(true, handle(stream));
   }
 
-  /// Sends `data` to rank `dst`; matched with the `recv` of the same tag on `dst`, in order.
-  /// Point-to-point calls block (they have no `_async` form) and take no sequence number.
+  /// Sends `data` to rank `dst`; matched with the `recv` (or `irecv`) of the same tag on `dst`,
+  /// in posting order. Blocks until `data` may be reused; takes no sequence number.
   template <detail::buffer Buf>
   void send(Buf data, int dst, std::uint64_t tag = 0, stream_type stream = {}) {
     this->p2p_impl(detail::collective::send, std::as_bytes(view(data)), {}, dst, tag,
@@ -346,6 +347,70 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   void recv(Buf data, int src, std::uint64_t tag = 0, stream_type stream = {}) {
     this->p2p_impl(detail::collective::recv, {}, std::as_writable_bytes(view(data)), src, tag,
                    dtype_of<detail::value_of<Buf>>, handle(stream));
+  }
+
+  /// Posts a send of `data` to `dst` and returns at once (MPI_Isend, torch's isend). Messages
+  /// between a pair match per tag in posting order, whatever mix of send, isend and batch
+  /// posted them; a size or element type the two ends disagree on raises (or, over gloo,
+  /// times out). Posting never waits for the peer, so ranks may post in any order; it does
+  /// wait for this communicator's queued async collectives first. `data` must stay untouched
+  /// until the work is done. Host memory: the bytes move while this rank waits for the work
+  /// (or for any later call) or polls done(), on the thread that makes the communicator's
+  /// calls. tutti::nccl issues the message on the stream at once, as NCCL does: two ranks that
+  /// each isend before they irecv must put both in one batch() there.
+  template <detail::buffer Buf>
+  [[nodiscard]] work isend(Buf data, int dst, std::uint64_t tag = 0, stream_type stream = {}) {
+    const detail::p2p_msg m{true, std::as_bytes(view(data)),      {}, dst,
+                            tag,  dtype_of<detail::value_of<Buf>>};
+    return this->p2p_async(std::span<const detail::p2p_msg>(&m, 1), handle(stream));
+  }
+  /// Posts a receive into `data` from `src` and returns at once (MPI_Irecv, torch's irecv).
+  template <detail::writable_buffer Buf>
+  [[nodiscard]] work irecv(Buf data, int src, std::uint64_t tag = 0, stream_type stream = {}) {
+    const detail::p2p_msg m{false, {},  std::as_writable_bytes(view(data)),
+                            src,   tag, dtype_of<detail::value_of<Buf>>};
+    return this->p2p_async(std::span<const detail::p2p_msg>(&m, 1), handle(stream));
+  }
+
+  /// A batch of sends and receives that are posted together and complete together (torch's
+  /// batch_isend_irecv, ncclGroupStart/End): `comm.batch().send(a, 1).recv(b, 1).start()`
+  /// returns one work; `run()` also waits for it. No order of messages in the ranks' batches
+  /// can deadlock, on any transport.
+  class batch_builder {
+   public:
+    template <detail::buffer Buf>
+    batch_builder& send(Buf data, int dst, std::uint64_t tag = 0) {
+      msgs_.push_back(
+          {true, std::as_bytes(view(data)), {}, dst, tag, dtype_of<detail::value_of<Buf>>});
+      return *this;
+    }
+    template <detail::writable_buffer Buf>
+    batch_builder& recv(Buf data, int src, std::uint64_t tag = 0) {
+      msgs_.push_back({false,
+                       {},
+                       std::as_writable_bytes(view(data)),
+                       src,
+                       tag,
+                       dtype_of<detail::value_of<Buf>>});
+      return *this;
+    }
+    /// Posts every message; the work is done once all are. An empty batch is done at once.
+    [[nodiscard]] work start() {
+      return c_->p2p_async(std::span<const detail::p2p_msg>(msgs_), stream_);
+    }
+    /// start(), then waits.
+    void run() { start().wait(); }
+    [[nodiscard]] std::size_t size() const noexcept { return msgs_.size(); }
+
+   private:
+    friend class communicator;
+    batch_builder(communicator& c, void* stream) : c_(&c), stream_(stream) {}
+    communicator* c_;
+    void* stream_;
+    std::vector<detail::p2p_msg> msgs_;
+  };
+  [[nodiscard]] batch_builder batch(stream_type stream = {}) {
+    return batch_builder(*this, handle(stream));
   }
 
  private:

@@ -3,6 +3,7 @@
 /// The machinery behind tutti::communicator: argument checks, sequence numbers, fingerprints,
 /// dispatch to the algorithm policy, avg's final division, async execution in issue order.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -26,6 +27,17 @@
 #include "tutti/work.hpp"
 
 namespace tutti::inline v0::detail {
+
+/// One message of a non-blocking point-to-point call or batch (communicator::isend, irecv,
+/// batch): a send of `out` to `peer`, or a receive into `in` from it.
+struct p2p_msg {
+  bool is_send = true;
+  std::span<const std::byte> out;
+  std::span<std::byte> in;
+  int peer = -1;
+  std::uint64_t tag = 0;
+  dtype type = dtype::uint8;
+};
 
 template <class Transport, class Algorithm>
 class communicator_base {
@@ -185,6 +197,56 @@ class communicator_base {
     s.t.wait(req, c, deadline);
   }
 
+  /// Posts every message of `msgs` now, on this thread (after queued async collectives), and
+  /// returns one handle for all of them. Nothing waits before every message is posted, so no
+  /// order of posting on the ranks can deadlock. On host memory the messages move whenever
+  /// this rank waits (for them or for any other call of this communicator) or polls done();
+  /// on a device transport they are issued in one NCCL group on the stream.
+  work p2p_async(std::span<const p2p_msg> msgs, void* stream = nullptr) {
+    state& s = *s_;
+    s.queue.drain();
+    if (msgs.empty()) return {};
+    auto op = std::make_shared<p2p_op>();
+    op->calls.reserve(msgs.size());
+    for (const auto& m : msgs) {
+      call c;
+      c.fp = fingerprint{m.is_send ? collective::send : collective::recv, m.type, op_kind::none, -1,
+                         m.out.size() + m.in.size()};
+      c.seq = s.seq;  // point-to-point calls do not take a collective sequence number
+      c.stream = stream;
+      if (!s.broken.empty())
+        throw error(errc::aborted, c.name_str(), c.seq, rank(), s.broken_peer, s.broken);
+      if (m.peer < 0 || m.peer >= size() || m.peer == rank())
+        throw error(errc::invalid_argument, c.name_str(), c.seq, rank(), m.peer,
+                    "peer must be another rank in [0, " + std::to_string(size()) + ")");
+      op->calls.push_back(c);
+    }
+    op->deadline = clock::now() + s.opts.timeout;
+    op->reqs.reserve(msgs.size());
+    // As for send and recv, an error here is the call's own: it does not break the
+    // communicator (the transport aborts the world where the error leaves it unusable).
+    for (std::size_t i = 0; i < msgs.size(); ++i) {
+      const auto& m = msgs[i];
+      const call& c = op->calls[i];
+      op->reqs.push_back(m.is_send ? s.t.isend(m.peer, m.out, c, space::p2p, m.tag)
+                                   : s.t.irecv(m.peer, m.in, c, space::p2p, m.tag));
+    }
+    if constexpr (device_transport<Transport>) {
+      const call& c = op->calls.back();
+      s.t.flush(c, op->deadline);
+      auto ev = s.t.record(c);
+      return work(s.queue.push([sp = &s, ev, c, d = op->deadline] { sp->t.complete(ev, c, d); }));
+    } else {
+      auto ws = std::make_shared<work_state>();
+      op->ws = ws;
+      ws->drive = [sp = &s, w = std::weak_ptr<p2p_op>(op)](bool block) noexcept {
+        if (auto o = w.lock()) advance(*sp, *o, block);
+      };
+      s.p2p.push_back(std::move(op));
+      return work(std::move(ws));
+    }
+  }
+
   [[noreturn]] void bad_size(const char* what, std::size_t got, std::size_t want = 0) const {
     fail_arg(what, want == 0 && got != 0
                        ? "buffer of " + std::to_string(got) + " elements is not a multiple of " +
@@ -194,9 +256,33 @@ class communicator_base {
   }
 
  private:
+  /// The messages of one isend, irecv or batch on a host transport, until they are done.
+  struct p2p_op {
+    std::vector<call> calls;  // one per message; requests may refer to them
+    std::vector<typename Transport::request> reqs;
+    std::size_t next = 0;  // messages before it are done
+    clock::time_point deadline;
+    std::shared_ptr<work_state> ws;
+  };
+
   struct state {
     state(Transport tr, const options& o)
         : t(std::move(tr)), opts(o), overrides(overrides_for<Algorithm>(o.algo)) {}
+    state(const state&) = delete;
+    state& operator=(const state&) = delete;
+    /// Point-to-point messages still pending fail (and are withdrawn) rather than wait: their
+    /// peers may never post theirs.
+    ~state() {
+      queue.drain();
+      for (auto& op : p2p) {
+        const call& c = op->calls[op->next];
+        op->ws->complete(std::make_exception_ptr(
+            error(errc::aborted, c.name_str(), c.seq, t.rank(), -1,
+                  "the communicator was destroyed before this message was done")));
+        op->reqs.clear();
+      }
+      p2p.clear();
+    }
     Transport t;
     options opts;
     algo_table overrides;
@@ -204,8 +290,42 @@ class communicator_base {
     std::uint64_t seq = 0;
     std::string broken;    // why the communicator can no longer be used; "" while healthy
     int broken_peer = -1;  // the peer the error that broke it named: later calls name it too
+    std::vector<std::shared_ptr<p2p_op>> p2p;  // pending non-blocking point-to-point calls
     progress_queue queue;  // last: destroyed (and joined) first, while the rest still lives
   };
+
+  /// Moves `op`'s messages on (until they are done, if `block`), completing its work once all
+  /// are done or one failed. Only where the progress thread is idle: it may be inside the
+  /// transport otherwise (a blocking advance waits for it).
+  static void advance(state& s, p2p_op& op, bool block) noexcept {
+    std::exception_ptr failed;
+    try {
+      if (block)
+        s.queue.drain();
+      else if (!s.queue.idle())
+        return;
+      for (; op.next < op.reqs.size(); ++op.next) {
+        auto& r = op.reqs[op.next];
+        const call& c = op.calls[op.next];
+        if (block) {
+          s.t.wait(r, c, op.deadline);
+        } else if constexpr (requires { s.t.test(r, c, op.deadline); }) {
+          if (!s.t.test(r, c, op.deadline)) return;
+        } else {
+          return;  // a transport without test(): done once waited for
+        }
+      }
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    op.ws->complete(failed);
+    const auto it =
+        std::find_if(s.p2p.begin(), s.p2p.end(), [&](const auto& o) { return o.get() == &op; });
+    if (it != s.p2p.end()) {
+      *it = std::move(s.p2p.back());
+      s.p2p.pop_back();  // may destroy op: the caller holds it
+    }
+  }
 
   struct call_spec {
     fingerprint fp;

@@ -43,6 +43,13 @@ class progress_queue {
     return state;
   }
 
+  /// Whether every queued job has run: the thread does not touch the transport until the
+  /// next push (only the caller's thread pushes).
+  [[nodiscard]] bool idle() {
+    std::lock_guard lock(mu_);
+    return pending_ == 0;
+  }
+
   /// Blocks until every queued job has run.
   void drain() {
     std::unique_lock lock(mu_);

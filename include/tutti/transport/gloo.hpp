@@ -194,6 +194,15 @@ class gloo {
     detail::gloo_wait(*s_, r.m_, c, deadline);
   }
 
+  /// Whether `r` is done (as after `wait`), looking at each of its parts without waiting for
+  /// it. Past `deadline` it waits instead, which raises at once.
+  bool test(request& r, const detail::call& c, detail::clock::time_point deadline) {
+    if (detail::gloo_test(*s_, r.m_, c)) return true;
+    if (detail::clock::now() < deadline) return false;
+    wait(r, c, deadline);
+    return true;
+  }
+
   /// Fails every rank's current and future waits: records why in the store and closes this
   /// rank's connections (each peer raises at once, naming this rank).
   void abort(errc code, const std::string& what) {

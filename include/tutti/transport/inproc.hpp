@@ -128,6 +128,19 @@ class inproc {
     r.msg_.reset();
   }
 
+  /// Whether `r` is done (as after `wait`), without waiting. Past `deadline` it waits
+  /// instead, which raises at once.
+  bool test(request& r, const detail::call& c, detail::clock::time_point deadline) {
+    if (!r.msg_) return true;
+    if (!r.done()) {
+      if (detail::clock::now() < deadline) return false;
+      wait(r, c, deadline);
+      return true;
+    }
+    wait(r, c, deadline);  // done: returns at once, or raises its failure
+    return true;
+  }
+
   /// Puts this rank's call on the board, where waiting peers compare it with theirs, then
   /// raises the world's abort if there is one: a rank whose part of the calls after a mismatch
   /// involves no rank that raised would otherwise go on returning normally (tests/mismatch

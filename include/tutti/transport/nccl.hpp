@@ -155,6 +155,12 @@ class nccl {
     return {detail::nccl_post(*s_, false, peer, in.data(), in.size(), c, sp, tag)};
   }
 
+  /// Issues every posted message now, in one NCCL group, without waiting for the GPU
+  /// (communicator::isend, irecv and batch: their work waits for an event recorded after).
+  void flush(const detail::call& c, detail::clock::time_point deadline) {
+    detail::nccl_flush(*s_, c, deadline);
+  }
+
   /// Issues every posted message in one NCCL group. Inside a collective that is all: what
   /// follows on the stream runs after the transfers. A user's send or recv also waits for the
   /// GPU to finish it.

@@ -147,6 +147,22 @@ class shm {
     r.op_.reset();
   }
 
+  /// Moves every posted message as far as it goes without waiting; true once `r` is done (as
+  /// after `wait`). Past `deadline` it waits instead, which raises at once.
+  bool test(request& r, const detail::call& c, detail::clock::time_point deadline) {
+    if (!r.op_) return true;
+    s_->channels.progress();
+    if (!r.op_->complete) {
+      if (detail::clock::now() < deadline) return false;
+      wait(r, c, deadline);
+      return true;
+    }
+    if (r.op_->failed)
+      throw error(errc::mismatch, c.name_str(), c.seq, s_->rank, r.op_->peer, r.op_->error);
+    r.op_.reset();
+    return true;
+  }
+
   /// Puts this rank's call on its board, where waiting peers compare it with theirs, then
   /// raises the world's abort record if there is one: a rank whose part of the calls after a
   /// mismatch involves no rank that raised (sends that fit in the rings, say) would otherwise

@@ -54,6 +54,12 @@ class gloo_waker {
     is_send_ = is_send;
     due_ = due;
   }
+  /// Arms for a slice that has already ended and wakes the thread: the wait that follows
+  /// returns at once, done or not (a poll of Gloo's buffer, which has no call for that).
+  void kick(::gloo::transport::UnboundBuffer* b, bool is_send) {
+    arm(b, is_send, clock::now());
+    cv_.notify_one();
+  }
   void disarm() {
     std::lock_guard lock(mu_);
     buf_ = nullptr;
