@@ -1,11 +1,13 @@
 // Non-blocking point-to-point (communicator::isend, irecv, batch) on inproc (threads) and shm
 // (processes): rings posted receive-first, tags matched out of order, all-to-all batches in
 // every rank's own order at world sizes 2-8, messages pending across collectives, bad
-// arguments, a communicator destroyed with a message pending, a peer killed mid-wait.
+// arguments, a communicator destroyed with a message pending, a peer killed mid-wait; and
+// broadcast_object, all_gather_object, gather_object (10 MB strings, per-rank sizes).
 
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -49,6 +51,23 @@ TEST_CASE("inproc isend/irecv/batch: rings, tags, all-to-all batches, beside col
     });
     CHECK(first == "");
   }
+}
+
+TEST_CASE("inproc objects: one rank, and ranks passing different element types") {
+  tutti::inproc::run(1, [](auto& comm) { CHECK(p2p_checks::objects(comm) == ""); });
+  std::atomic<int> raised{0};
+  tutti::inproc::run(3, [&](auto& comm) {
+    try {
+      if (comm.rank() == 0) {
+        (void)comm.all_gather_object(std::vector<std::int32_t>{1, 2});
+      } else {
+        (void)comm.all_gather_object(std::vector<std::int64_t>{3});
+      }
+    } catch (const tutti::error& e) {
+      if (e.code() == tutti::errc::mismatch && e.peer() == (comm.rank() == 0 ? 1 : 0)) ++raised;
+    }
+  });
+  CHECK(raised == 3);
 }
 
 TEST_CASE("shm isend/irecv/batch: rings, tags, all-to-all batches, beside collectives") {

@@ -22,6 +22,7 @@
 #include "tutti/detail/communicator_base.hpp"
 #include "tutti/detail/communicator_buffers.hpp"
 #include "tutti/detail/communicator_split.hpp"
+#include "tutti/detail/objects.hpp"
 #include "tutti/transport/concepts.hpp"
 #include "tutti/work.hpp"
 
@@ -347,6 +348,34 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   void recv(Buf data, int src, std::uint64_t tag = 0, stream_type stream = {}) {
     this->p2p_impl(detail::collective::recv, {}, std::as_writable_bytes(view(data)), src, tag,
                    dtype_of<detail::value_of<Buf>>, handle(stream));
+  }
+
+  // ---- payloads whose size only the sender knows (host memory) -----------------------------
+  // Each runs two of this communicator's collectives (the sizes, then the bytes) and counts as
+  // them: every rank makes the call, in the same order as its other collectives. `C` is a
+  // std::string or a std::vector<T> of a trivially copyable T, the same on every rank (a rank
+  // whose type differs raises errc::mismatch naming the sender).
+
+  /// Ranks other than `root` get root's `data` (resized to it); root's is unchanged.
+  template <byte_container C>
+  void broadcast_object(C& data, int root)
+    requires std::is_same_v<memory_space, host_memory>
+  {
+    detail::broadcast_object(*this, data, root);
+  }
+  /// Every rank's `mine`, indexed by rank.
+  template <byte_container C>
+  [[nodiscard]] std::vector<C> all_gather_object(const C& mine)
+    requires std::is_same_v<memory_space, host_memory>
+  {
+    return detail::all_gather_object(*this, mine);
+  }
+  /// On `root`, every rank's `mine` indexed by rank; elsewhere an empty vector.
+  template <byte_container C>
+  [[nodiscard]] std::vector<C> gather_object(const C& mine, int root)
+    requires std::is_same_v<memory_space, host_memory>
+  {
+    return detail::gather_object(*this, mine, root);
   }
 
   /// Posts a send of `data` to `dst` and returns at once (MPI_Isend, torch's isend). Messages
