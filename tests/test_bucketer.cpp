@@ -450,3 +450,144 @@ TEST_CASE("bucketer: an empty bucketer and zero-sized gradients") {
     CHECK(one[0] == 0.5f);
   });
 }
+
+TEST_CASE("broadcast_parameters: root's values everywhere, in several broadcasts, any policy") {
+  auto check = [](auto& comm) {
+    const int r = comm.rank();
+    std::vector<float> w(37, static_cast<float>(r) + 0.5F);
+    std::vector<std::int64_t> steps(1, r * 1000);
+    std::vector<double> none;
+    std::vector<std::uint8_t> mask(5, static_cast<std::uint8_t>(r));
+    const std::size_t small = 40;  // bytes per broadcast: w alone is 148, the rest share one
+    tutti::broadcast_parameters(
+        comm,
+        {tutti::param(std::span<float>(w)), tutti::param(std::span<std::int64_t>(steps)),
+         tutti::param(std::span<double>(none)), tutti::param(std::span<std::uint8_t>(mask))},
+        1, small);
+    CHECK(w == std::vector<float>(37, 1.5F));
+    CHECK(steps == std::vector<std::int64_t>{1000});
+    CHECK(mask == std::vector<std::uint8_t>(5, 1));
+    CHECK_THROWS_AS(tutti::broadcast_parameters(comm, {tutti::param(std::span<float>(w))}, 3),
+                    tutti::error);
+  };
+  tutti::inproc::run(3, check);
+  // recursive_halving has no broadcast: the same through all_reduce.
+  tutti::inproc::run<tutti::recursive_halving>(3, check);
+}
+
+namespace {
+
+// Uneven inputs: rank r has batches[r] batches. In iteration k the ranks with more than k
+// batches train; rank r's gradient element i is n_k * (r + 1) * (k + 1) + i * n_k, with n_k the
+// number of ranks training, so the average over the trainers is an exact
+// sum_r (r + 1) * (k + 1) + i * ... computed below without dividing.
+struct uneven_case {
+  std::vector<int> batches;
+  bool rebuild = false;
+  tutti::compression compress = tutti::compression::none;
+};
+
+int trainers(const std::vector<int>& batches, int k) {
+  return static_cast<int>(
+      std::count_if(batches.begin(), batches.end(), [&](int b) { return b > k; }));
+}
+
+void run_uneven(const uneven_case& u) {
+  const int p = static_cast<int>(u.batches.size());
+  const int most = *std::max_element(u.batches.begin(), u.batches.end());
+  int last = -1;
+  for (int q = 0; q < p; ++q)
+    if (u.batches[static_cast<std::size_t>(q)] == most && most > 0) last = q;
+  tutti::inproc::run(p, [&](auto& comm) {
+    const int r = comm.rank();
+    const int mine = u.batches[static_cast<std::size_t>(r)];
+    tutti::bucketer b(comm, {.first_bucket_bytes = 16,
+                             .bucket_bytes = 24,
+                             .rebuild_from_ready_order = u.rebuild,
+                             .compress = u.compress,
+                             .uneven_inputs = true});
+    std::vector<float> f(6);
+    std::vector<std::int32_t> x(3);
+    b.add(std::span<float>(f));
+    b.add(std::span<std::int32_t>(x));
+    b.template add<double>(4);
+    for (int k = 0; k < mine; ++k) {
+      const int n = trainers(u.batches, k);
+      for (std::size_t i = 0; i < f.size(); ++i)
+        f[i] = static_cast<float>(n * (r + 1) * (k + 1) + static_cast<int>(i) * n);
+      for (std::size_t i = 0; i < x.size(); ++i) x[i] = n * (r + 1) + static_cast<int>(i);
+      auto d = b.template gradient<double>(2);
+      for (std::size_t i = 0; i < d.size(); ++i) d[i] = n * (k + 1.0) * (r + 1);
+      b.mark_ready(2);
+      b.mark_ready(0);
+      b.mark_ready(1);
+      b.finish();
+      CHECK(b.active_ranks() == n);
+      int sum_r1 = 0;  // sum of (q + 1) over the trainers
+      for (int q = 0; q < p; ++q)
+        if (u.batches[static_cast<std::size_t>(q)] > k) sum_r1 += q + 1;
+      for (std::size_t i = 0; i < f.size(); ++i)
+        CHECK(f[i] == static_cast<float>(sum_r1 * (k + 1) + static_cast<int>(i) * n));
+      for (std::size_t i = 0; i < x.size(); ++i)  // integer average: the sum, divided, truncated
+        CHECK(x[i] == (n * sum_r1 + static_cast<int>(i) * n) / n);
+      for (double v : b.template gradient<double>(2)) CHECK(v == (k + 1.0) * sum_r1);
+    }
+    const std::vector<float> before = f;
+    const auto j = b.join();
+    CHECK(j.shadowed == static_cast<std::size_t>(most - mine));
+    CHECK(j.last_joiner == last);
+    CHECK(f == before);  // a joined rank's gradients are not written
+    CHECK(b.rebuilt() == (u.rebuild && most > 0));
+  });
+}
+
+}  // namespace
+
+TEST_CASE("bucketer join: uneven inputs average over the ranks that trained, and end cleanly") {
+  run_uneven({{3, 5, 2, 5}});
+  run_uneven({{1, 1}});
+  run_uneven({{0, 2, 1}, true});  // a rank with no data at all, and the one-time rebuild
+  run_uneven({{0, 0, 0}});
+  run_uneven({{4, 1, 2}, false, tutti::compression::fp16});
+}
+
+TEST_CASE("bucketer join: misuse raises invalid_argument") {
+  tutti::inproc::run(2, [](auto& comm) {
+    std::vector<float> g(4);
+    tutti::bucketer plain(comm);
+    plain.add(std::span<float>(g));
+    CHECK_THROWS_AS((void)plain.join(), tutti::error);
+    tutti::bucketer b(comm, {.uneven_inputs = true});
+    b.add(std::span<float>(g));
+    b.mark_ready(0);
+    CHECK_THROWS_AS((void)b.join(), tutti::error);  // inside an iteration
+    b.finish();
+    (void)b.join();
+  });
+}
+
+TEST_CASE("bucketer all_reduce_hook: replaces the all-reduce; no division, no compression") {
+  tutti::inproc::run(3, [](auto& comm) {
+    const int r = comm.rank();
+    std::size_t calls = 0;
+    tutti::bucketer b(comm, {.first_bucket_bytes = 8,
+                             .bucket_bytes = 8,
+                             .compress = tutti::compression::bf16,
+                             .all_reduce_hook = [&](const tutti::bucket_view& v) {
+                               ++calls;
+                               // A hook of its own: add one, then a plain sum.
+                               auto data = v.as<double>();
+                               for (double& d : data) d += 1.0;
+                               return comm.all_reduce_async(data, tutti::sum);
+                             }});
+    std::vector<double> a(2, 1.0 / 3.0 + r), c(1, 1e10 + r);  // bf16 would round both
+    b.add(std::span<double>(a));
+    b.add(std::span<double>(c));
+    b.mark_ready(0);
+    b.mark_ready(1);
+    b.finish();
+    CHECK(calls == 2);
+    CHECK(a == std::vector<double>(2, (1.0 / 3.0 + 1.0) + (1.0 / 3.0 + 2.0) + (1.0 / 3.0 + 3.0)));
+    CHECK(c[0] == (1e10 + 1.0) + (1e10 + 2.0) + (1e10 + 3.0));
+  });
+}

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <new>
 #include <span>
@@ -26,6 +27,7 @@
 #include "tutti/core/options.hpp"
 #include "tutti/core/reduce.hpp"
 #include "tutti/core/types.hpp"
+#include "tutti/detail/policy_traits.hpp"
 #include "tutti/work.hpp"
 
 namespace tutti::inline v0 {
@@ -78,7 +80,90 @@ struct bucketer_options {
   bucket_hook before_all_reduce{};
   /// Runs on the bucket's result (all-reduced, averaged, decompressed) before write-back.
   bucket_hook after_all_reduce{};
+  /// Replaces a bucket's all-reduce (DDP's register_comm_hook): called with the bucket's local
+  /// data (after before_all_reduce) when the bucket is due, it reduces the bucket in place
+  /// through any calls of the communicator it captured and returns their work (or an empty
+  /// one once done); finish() waits for it, then runs after_all_reduce and writes back. The
+  /// bucketer then neither divides nor compresses: the hook owns averaging, as DDP's do.
+  /// Every rank runs the same collectives in it, in bucket order. examples/powersgd.cpp is one.
+  std::function<tutti::work(const bucket_view&)> all_reduce_hook{};
+  /// Uneven inputs (torch's Join): every synchronised iteration starts with a small
+  /// all-reduce that counts the ranks still training; a rank out of data calls join(), which
+  /// shadows the others' iterations with zeros until every rank has joined. Averages divide
+  /// by the ranks that contributed, not by the world size.
+  bool uneven_inputs = false;
 };
+
+/// How a join() ended (bucketer::join).
+struct join_result {
+  std::size_t shadowed = 0;  ///< iterations of other ranks this rank shadowed with zeros
+  /// The highest rank among those that trained in the last iteration any rank trained in (-1
+  /// when no rank trained after this one joined... and none before): its parameters are the
+  /// ones to broadcast so that every rank ends with the same model (torch's last joiner).
+  int last_joiner = -1;
+};
+
+/// A buffer of parameters or buffers, type-erased, for broadcast_parameters: `param(span)`.
+struct param_ref {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+};
+template <class T>
+  requires std::is_trivially_copyable_v<T>
+[[nodiscard]] param_ref param(std::span<T> values) noexcept {
+  return {static_cast<void*>(values.data()), values.size_bytes()};
+}
+
+/// Copies root's values of every buffer in `params` to every rank, packed into broadcasts of
+/// at most `bucket_bytes` (DDP's construction-time sync of parameters and buffers, which
+/// coalesces into 250 MiB). Collective: every rank passes buffers of the same sizes in the same
+/// order (a difference raises errc::mismatch). Works with every policy (it uses all_reduce
+/// where a policy lacks broadcast).
+template <class Comm>
+void broadcast_parameters(Comm& comm, std::span<const param_ref> params, int root = 0,
+                          std::size_t bucket_bytes = std::size_t{250} << 20) {
+  if (bucket_bytes == 0)
+    throw error(errc::invalid_argument, "broadcast_parameters", 0, comm.rank(), -1,
+                "bucket_bytes must be > 0");
+  if (root < 0 || root >= comm.size())
+    throw error(errc::invalid_argument, "broadcast_parameters", 0, comm.rank(), root,
+                "root must be a rank in [0, " + std::to_string(comm.size()) + ")");
+  std::vector<std::uint8_t> pack;
+  for (std::size_t first = 0; first < params.size();) {
+    std::size_t last = first;
+    std::size_t bytes = 0;
+    while (last < params.size() && (last == first || bytes + params[last].bytes <= bucket_bytes))
+      bytes += params[last++].bytes;
+    pack.assign(bytes, 0);
+    if (comm.rank() == root) {
+      std::size_t at = 0;
+      for (std::size_t i = first; i < last; ++i) {
+        if (params[i].bytes != 0) std::memcpy(pack.data() + at, params[i].data, params[i].bytes);
+        at += params[i].bytes;
+      }
+    }
+    const std::span<std::uint8_t> all(pack);
+    if constexpr (detail::has_broadcast<typename Comm::algorithm_type,
+                                        typename Comm::transport_type>)
+      comm.broadcast(all, root);
+    else
+      comm.all_reduce(all, tutti::bor);  // zeros everywhere but root
+    if (comm.rank() != root) {
+      std::size_t at = 0;
+      for (std::size_t i = first; i < last; ++i) {
+        if (params[i].bytes != 0) std::memcpy(params[i].data, pack.data() + at, params[i].bytes);
+        at += params[i].bytes;
+      }
+    }
+    first = last;
+  }
+}
+template <class Comm>
+void broadcast_parameters(Comm& comm, std::initializer_list<param_ref> params, int root = 0,
+                          std::size_t bucket_bytes = std::size_t{250} << 20) {
+  broadcast_parameters(comm, std::span<const param_ref>(params.begin(), params.size()), root,
+                       bucket_bytes);
+}
 
 /// One bucket of a layout.
 struct bucket_info {
@@ -298,10 +383,7 @@ class bucketer {
     if (marked_[i] != 0)
       invalid("gradient " + std::to_string(i) +
               " was marked ready twice in one iteration (call finish() at the end of each)");
-    if (!in_iteration_) {
-      in_iteration_ = true;
-      ready_order_.clear();
-    }
+    start_iteration();
     marked_[i] = 1;
     if (!rebuilt_) ready_order_.push_back(i);
     slot& s = slots_[i];
@@ -317,7 +399,79 @@ class bucketer {
   void finish() {
     if (no_sync_depth_ > 0) return;
     build();
-    if (slots_.empty()) return;
+    start_iteration();
+    run_iteration();
+  }
+
+  /// This rank is out of data (bucketer_options::uneven_inputs): shadows the other ranks'
+  /// synchronised iterations — their presence count with 0, every bucket's all-reduce (or
+  /// all_reduce_hook, and the hooks around it) with zeros, the used-gradient exchange — and
+  /// returns once every rank has joined. Every rank calls it after its last iteration; its
+  /// gradients are not written meanwhile. Broadcast the parameters of `last_joiner` afterwards
+  /// (broadcast_parameters) for every rank to end with the same model, as torch does.
+  /// \throws tutti::error(errc::invalid_argument) without uneven_inputs, inside an iteration
+  /// or a no_sync() window; the first error of a shadowed bucket otherwise.
+  join_result join() {
+    if (!opts_.uneven_inputs) invalid("join() needs bucketer_options::uneven_inputs = true");
+    if (in_iteration_) invalid("join() in the middle of a synchronised iteration");
+    if (no_sync_depth_ > 0) invalid("join() inside a no_sync() window");
+    build();
+    join_result r;
+    shadowing_ = true;
+    struct end_shadow {
+      bool& on;
+      ~end_shadow() { on = false; }
+    } guard{shadowing_};
+    for (;;) {
+      start_iteration();
+      if (active_ == 0) break;
+      run_iteration();
+      ++r.shadowed;
+    }
+    reset_iteration();
+    r.last_joiner = last_joiner_;
+    return r;
+  }
+
+  /// With uneven_inputs: the ranks that train in this synchronised iteration (counted at its
+  /// first mark_ready or finish), the divisor of its averages. Otherwise the world size.
+  [[nodiscard]] int active_ranks() const noexcept {
+    return opts_.uneven_inputs ? active_ : comm_->size();
+  }
+
+  /// While the returned guard lives, gradients accumulate locally: no communication.
+  class no_sync_guard {
+   public:
+    no_sync_guard(const no_sync_guard&) = delete;
+    no_sync_guard& operator=(const no_sync_guard&) = delete;
+    no_sync_guard(no_sync_guard&& o) noexcept : b_(std::exchange(o.b_, nullptr)) {}
+    no_sync_guard& operator=(no_sync_guard&&) = delete;
+    ~no_sync_guard() {
+      if (b_ != nullptr) --b_->no_sync_depth_;
+    }
+
+   private:
+    friend class bucketer;
+    explicit no_sync_guard(bucketer* b) noexcept : b_(b) { ++b_->no_sync_depth_; }
+    bucketer* b_;
+  };
+  /// \throws tutti::error(errc::invalid_argument) in the middle of a synchronised iteration.
+  [[nodiscard]] no_sync_guard no_sync() {
+    if (in_iteration_)
+      invalid(
+          "no_sync() entered in the middle of a synchronised iteration (after mark_ready, "
+          "before finish)");
+    return no_sync_guard(this);
+  }
+
+ private:
+  // The body of a synchronised iteration, once its presence is counted: starts the buckets not
+  // yet started, waits, averages and writes back, then the one-time rebuild.
+  void run_iteration() {
+    if (slots_.empty()) {
+      reset_iteration();
+      return;
+    }
     while (next_ < buckets_.size()) launch(next_++);
     // Which gradients any rank used in the window: an OR across ranks, after the buckets.
     global_used_ = window_used_;
@@ -351,32 +505,6 @@ class bucketer {
     if (opts_.rebuild_from_ready_order && !rebuilt_) rebuild();
   }
 
-  /// While the returned guard lives, gradients accumulate locally: no communication.
-  class no_sync_guard {
-   public:
-    no_sync_guard(const no_sync_guard&) = delete;
-    no_sync_guard& operator=(const no_sync_guard&) = delete;
-    no_sync_guard(no_sync_guard&& o) noexcept : b_(std::exchange(o.b_, nullptr)) {}
-    no_sync_guard& operator=(no_sync_guard&&) = delete;
-    ~no_sync_guard() {
-      if (b_ != nullptr) --b_->no_sync_depth_;
-    }
-
-   private:
-    friend class bucketer;
-    explicit no_sync_guard(bucketer* b) noexcept : b_(b) { ++b_->no_sync_depth_; }
-    bucketer* b_;
-  };
-  /// \throws tutti::error(errc::invalid_argument) in the middle of a synchronised iteration.
-  [[nodiscard]] no_sync_guard no_sync() {
-    if (in_iteration_)
-      invalid(
-          "no_sync() entered in the middle of a synchronised iteration (after mark_ready, "
-          "before finish)");
-    return no_sync_guard(this);
-  }
-
- private:
   struct slot {
     dtype type;
     std::size_t elem;
@@ -396,6 +524,7 @@ class bucketer {
     std::size_t pending = 0;
     tutti::work work;
     std::exception_ptr error;
+    bool divide_after = false;  // summed: divide by the active ranks once reduced
   };
 
   [[noreturn]] static void invalid(const std::string& what) {
@@ -423,7 +552,7 @@ class bucketer {
   }
 
   [[nodiscard]] bool compressed(const bucket& b) const noexcept {
-    return opts_.compress != compression::none &&
+    return opts_.compress != compression::none && !opts_.all_reduce_hook &&
            (b.type == dtype::float32 || b.type == dtype::float64 || b.type == dtype::float128);
   }
 
@@ -475,6 +604,29 @@ class bucketer {
     log_layout(rebuilding);
   }
 
+  // Opens a synchronised iteration (once): with uneven_inputs, counts the ranks that train in
+  // it — a bitwise-or all-reduce of one byte per rank, this rank's 1 unless it shadows.
+  void start_iteration() {
+    if (in_iteration_) return;
+    in_iteration_ = true;
+    ready_order_.clear();
+    if (!opts_.uneven_inputs) return;
+    presence_.assign(static_cast<std::size_t>(comm_->size()), 0);
+    if (!shadowing_) presence_[static_cast<std::size_t>(comm_->rank())] = 1;
+    try {
+      comm_->all_reduce(std::span<std::uint8_t>(presence_), tutti::bor);
+    } catch (...) {
+      in_iteration_ = false;
+      throw;
+    }
+    active_ = 0;
+    for (std::size_t q = 0; q < presence_.size(); ++q) {
+      if (presence_[q] == 0) continue;
+      ++active_;
+      last_joiner_ = static_cast<int>(q);  // the highest rank present, in the last count > 0
+    }
+  }
+
   void reset_iteration() {
     in_iteration_ = false;
     next_ = 0;
@@ -484,6 +636,7 @@ class bucketer {
       b.pending = b.grads.size();
       b.work = tutti::work{};
       b.error = nullptr;
+      b.divide_after = false;
     }
   }
 
@@ -502,14 +655,18 @@ class bucketer {
         const slot& s = slots_[g];
         if (s.count == 0) continue;
         std::byte* dst = b.storage.data() + s.offset;
-        if (window_used_[g] == 0) {
+        if (shadowing_ || window_used_[g] == 0) {
           std::memset(dst, 0, s.count * s.elem);
         } else if (s.external != nullptr) {
           std::memcpy(dst, s.external, s.count * s.elem);
         }
       }
       if (opts_.before_all_reduce) opts_.before_all_reduce(view(k));
-      const int p = comm_->size();
+      if (opts_.all_reduce_hook) {
+        b.work = opts_.all_reduce_hook(view(k));
+        return;
+      }
+      const int p = active_ranks();
       detail::visit_sum_type(b.type, [&]<class T>() {
         T* data = reinterpret_cast<T*>(b.storage.data());
         if constexpr (std::is_floating_point_v<T>) {
@@ -531,6 +688,9 @@ class bucketer {
         if (opts_.average && detail::is_float16<T>) {
           detail::divide_kernel<T>(data, b.count, p);  // before the sum: no overflow
           b.work = comm_->all_reduce_async(all, tutti::sum);
+        } else if (opts_.average && opts_.uneven_inputs) {
+          b.work = comm_->all_reduce_async(all, tutti::sum);  // avg would divide by the world
+          b.divide_after = true;
         } else if (opts_.average) {
           b.work = comm_->all_reduce_async(all, tutti::avg);
         } else {
@@ -557,7 +717,12 @@ class bucketer {
         }
       });
     }
+    if (b.divide_after)
+      detail::visit_sum_type(b.type, [&]<class T>() {
+        detail::divide_kernel<T>(reinterpret_cast<T*>(b.storage.data()), b.count, active_);
+      });
     if (opts_.after_all_reduce) opts_.after_all_reduce(view(k));
+    if (shadowing_) return;  // a joined rank's gradients are not written
     for (const std::size_t g : b.grads) {
       const slot& s = slots_[g];
       if (s.external != nullptr && global_used_[g] != 0 && s.count != 0)
@@ -632,6 +797,10 @@ class bucketer {
   std::vector<std::size_t> ready_order_;   // first synchronised iteration, for the rebuild
   std::size_t next_ = 0;                   // next bucket to launch
   int no_sync_depth_ = 0;
+  std::vector<std::uint8_t> presence_;  // uneven_inputs: who trains in this iteration
+  int active_ = 0;                      // ranks present in it
+  int last_joiner_ = -1;                // highest rank present in the last count > 0
+  bool shadowing_ = false;              // inside join()
   bool built_ = false;
   bool in_iteration_ = false;
   bool rebuilt_ = false;
