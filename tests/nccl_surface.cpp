@@ -160,6 +160,22 @@ void moving_forms(Comm& comm, const device_buffers& d, cudaStream_t s) {
   comm.batch().recv(d.xs(n), 1).send(d.cxs(n), 1).run();
 }
 
+// tutti::bucketer over tutti::nccl: every member, buckets in GPU memory.
+[[maybe_unused]] void bucketer_surface(device_comm& comm, const device_buffers& d) {
+  tutti::bucketer b(comm, {.first_bucket_bytes = 64});
+  b.add(d.fs(d.n));
+  b.add(d.xs(d.n));
+  b.template add<float>(d.n);
+  (void)b.template gradient<float>(2);
+  (void)b.layout();
+  b.mark_ready(0);
+  { auto guard = b.no_sync(); }
+  b.finish();
+  (void)b.used(0);
+  (void)b.active_ranks();
+  (void)b.join();  // refuses: uneven_inputs is off (compiles all the same)
+}
+
 // automatic implements every collective on tutti::nccl, so none of the guards above skips a
 // form for the default policy.
 template <class P, class T>

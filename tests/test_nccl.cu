@@ -450,6 +450,66 @@ void splits(native_comm& comm) {
   if (solo) solo->barrier();
 }
 
+/// tutti::bucketer over tutti::nccl: buckets in GPU memory. Gradients of three types in small
+/// buckets, one of them owned by the bucketer, one never marked (left as it was); a no_sync
+/// window; an all_reduce_hook that sums instead of averaging.
+void buckets(native_comm& comm) {
+  const int r = comm.rank(), w = comm.size();
+  tutti::bucketer b(comm, {.first_bucket_bytes = 64, .bucket_bytes = 128});
+  device_buffer<float> g0(make<float>(40, [r](std::size_t i) { return r + 1.0 + i; }));
+  device_buffer<std::int32_t> g2(make<std::int32_t>(5, [](std::size_t) { return 77; }));
+  device_buffer<double> g3(make<double>(7, [r](std::size_t i) { return r * 0.5 + i; }));
+  EXPECT(b.add(g0.span()) == 0);
+  EXPECT(b.template add<float>(10) == 1);
+  EXPECT(b.add(g2.span()) == 2);
+  EXPECT(b.add(g3.span()) == 3);
+  const auto own = make<float>(10, [r](std::size_t i) { return 2.0 * r + i; });
+  cuda_ok(cudaMemcpy(b.template gradient<float>(1).data(), own.data(), 10 * sizeof(float),
+                     cudaMemcpyHostToDevice),
+          "upload owned gradient");
+  for (std::size_t i : {3, 1, 0}) b.mark_ready(i);
+  b.finish();
+  const double mean_r = (w - 1) / 2.0;
+  expect_values(
+      g0.download(), [&](std::size_t i) { return mean_r + 1 + i; }, "bucket float", __LINE__);
+  std::vector<float> owned(10);
+  cuda_ok(cudaMemcpy(owned.data(), b.template gradient<float>(1).data(), 10 * sizeof(float),
+                     cudaMemcpyDeviceToHost),
+          "download owned gradient");
+  expect_values(
+      owned, [&](std::size_t i) { return 2 * mean_r + i; }, "bucket owned", __LINE__);
+  expect_values(
+      g2.download(), [](std::size_t) { return 77.0; }, "bucket unused", __LINE__);
+  expect_values(
+      g3.download(), [&](std::size_t i) { return 0.5 * mean_r + i; }, "bucket double", __LINE__);
+  EXPECT(!b.used(2) && b.used(0));
+  {
+    auto quiet = b.no_sync();  // no communication: nothing changes
+    b.mark_ready(0);
+    b.finish();
+  }
+  expect_values(
+      g0.download(), [&](std::size_t i) { return mean_r + 1 + i; }, "after no_sync", __LINE__);
+
+  tutti::bucketer sum(comm, {.all_reduce_hook = [&comm](const tutti::bucket_view& v) {
+                        return comm.all_reduce_async(v.on_device<float>(), tutti::sum);
+                      }});
+  device_buffer<float> h(make<float>(6, [r](std::size_t i) { return r + i; }));
+  sum.add(h.span());
+  sum.mark_ready(0);
+  sum.finish();
+  expect_values(
+      h.download(), [&](std::size_t i) { return w * mean_r + w * static_cast<double>(i); },
+      "bucket hook", __LINE__);
+  bool refused = false;
+  try {
+    tutti::bucketer<native_comm> bad(comm, {.compress = tutti::compression::fp16});
+  } catch (const tutti::error& e) {
+    refused = e.code() == tutti::errc::invalid_argument;
+  }
+  EXPECT(refused);
+}
+
 int rank_main(int gpus) {
   auto comm = native_comm::from_env();
   g_rank = comm.rank();
@@ -485,6 +545,7 @@ int rank_main(int gpus) {
   own_policy<tutti::recursive_halving>("recursive_halving");
 
   splits(comm);
+  buckets(comm);
   edges(comm);  // last: what a communicator does after an error is not this test's business
 
   std::printf("rank %d of %d (GPU %d): %d checks, %d failed\n", g_rank, w,

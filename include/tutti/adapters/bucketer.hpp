@@ -21,13 +21,16 @@
 #include <vector>
 
 #include "tutti/core/bfloat16.hpp"
+#include "tutti/core/device_span.hpp"
 #include "tutti/core/error.hpp"
 #include "tutti/core/half.hpp"
 #include "tutti/core/ops.hpp"
 #include "tutti/core/options.hpp"
 #include "tutti/core/reduce.hpp"
 #include "tutti/core/types.hpp"
+#include "tutti/detail/bucket_memory.hpp"
 #include "tutti/detail/policy_traits.hpp"
+#include "tutti/transport/concepts.hpp"
 #include "tutti/work.hpp"
 
 namespace tutti::inline v0 {
@@ -54,6 +57,13 @@ struct bucket_view {
                   "bucket_view::as: bucket " + std::to_string(index) + " holds " +
                       std::string(name(type)) + ", not " + std::string(name(dtype_of<T>)));
     return {static_cast<T*>(data), count};
+  }
+  /// The buffer as device memory, for hooks of a bucketer over a device communicator
+  /// (tutti::nccl), whose buckets live on the GPU. \throws as as().
+  template <element T>
+  [[nodiscard]] device_span<T> on_device() const {
+    const auto host = as<T>();
+    return {host.data(), host.size()};
   }
 };
 
@@ -114,12 +124,13 @@ template <class T>
   return {static_cast<void*>(values.data()), values.size_bytes()};
 }
 
-/// Copies root's values of every buffer in `params` to every rank, packed into broadcasts of
-/// at most `bucket_bytes` (DDP's construction-time sync of parameters and buffers, which
-/// coalesces into 250 MiB). Collective: every rank passes buffers of the same sizes in the same
-/// order (a difference raises errc::mismatch). Works with every policy (it uses all_reduce
+/// Copies root's values of every buffer in `params` (host memory) to every rank, packed into
+/// broadcasts of at most `bucket_bytes` (DDP's construction-time sync of parameters and buffers,
+/// which coalesces into 250 MiB). Collective: every rank passes buffers of the same sizes in the
+/// same order (a difference raises errc::mismatch). Works with every policy (it uses all_reduce
 /// where a policy lacks broadcast).
 template <class Comm>
+  requires std::is_same_v<typename Comm::memory_space, host_memory>
 void broadcast_parameters(Comm& comm, std::span<const param_ref> params, int root = 0,
                           std::size_t bucket_bytes = std::size_t{250} << 20) {
   if (bucket_bytes == 0)
@@ -159,6 +170,7 @@ void broadcast_parameters(Comm& comm, std::span<const param_ref> params, int roo
   }
 }
 template <class Comm>
+  requires std::is_same_v<typename Comm::memory_space, host_memory>
 void broadcast_parameters(Comm& comm, std::initializer_list<param_ref> params, int root = 0,
                           std::size_t bucket_bytes = std::size_t{250} << 20) {
   broadcast_parameters(comm, std::span<const param_ref>(params.begin(), params.size()), root,
@@ -255,26 +267,6 @@ decltype(auto) visit_sum_type(dtype t, F&& f) {
               "bucketer: element type " + std::string(name(t)) + " cannot be summed");
 }
 
-/// 64-byte aligned, zero-initialised bytes.
-class aligned_bytes {
- public:
-  aligned_bytes() = default;
-  explicit aligned_bytes(std::size_t n)
-      : p_(n == 0 ? nullptr : static_cast<std::byte*>(::operator new(n, align))), n_(n) {
-    if (n_ != 0) std::memset(p_.get(), 0, n_);
-  }
-  [[nodiscard]] std::byte* data() const noexcept { return p_.get(); }
-  [[nodiscard]] std::size_t size() const noexcept { return n_; }
-
- private:
-  static constexpr std::align_val_t align{64};
-  struct release {
-    void operator()(std::byte* p) const noexcept { ::operator delete(p, align); }
-  };
-  std::unique_ptr<std::byte, release> p_;
-  std::size_t n_ = 0;
-};
-
 // float/double/long double <-> 16-bit, nearest-even (doubles convert directly, not via float).
 template <class W, class T>
 void compress_into(W* dst, const T* src, std::size_t n) noexcept {
@@ -314,10 +306,22 @@ void decompress_into(T* dst, const W* src, std::size_t n) noexcept {
 /// call it from one thread. The communicator must outlive the bucketer.
 template <class Comm>
 class bucketer {
+  /// Buckets in GPU memory: the communicator's collectives take device memory (tutti::nccl).
+  static constexpr bool on_device = !std::is_same_v<typename Comm::memory_space, host_memory>;
+  using memory = detail::bucket_memory<on_device>;
+  template <class T>
+  using span_of = typename Comm::template span_type<T>;
+
  public:
   explicit bucketer(Comm& comm, bucketer_options opts = {}) : comm_(&comm), opts_(std::move(opts)) {
     if (opts_.first_bucket_bytes == 0 || opts_.bucket_bytes == 0)
       invalid("bucket capacities must be > 0 bytes");
+    if constexpr (on_device) {
+      stream_ = comm.transport().stream();
+      if (opts_.compress != compression::none)
+        invalid("compression of buckets in GPU memory is not supported (use an all_reduce_hook)");
+      if (opts_.uneven_inputs) invalid("uneven_inputs with buckets in GPU memory is not supported");
+    }
   }
   bucketer(const bucketer&) = delete;
   bucketer& operator=(const bucketer&) = delete;
@@ -332,9 +336,16 @@ class bucketer {
   }
 
   /// Registers a gradient buffer you own; returns its index (0, 1, ... in registration order).
+  /// A device_span over a device communicator: GPU memory, final on the communicator's stream
+  /// (or earlier) when you mark it ready.
   template <element T>
-    requires reducible<sum_t, T>
+    requires reducible<sum_t, T> && (!on_device)
   std::size_t add(std::span<T> grad) {
+    return add_slot(dtype_of<T>, sizeof(T), grad.size(), grad.data());
+  }
+  template <element T>
+    requires reducible<sum_t, T> && on_device
+  std::size_t add(device_span<T> grad) {
     return add_slot(dtype_of<T>, sizeof(T), grad.size(), grad.data());
   }
   /// Registers a gradient of `count` elements stored in the bucketer's own buckets.
@@ -347,7 +358,7 @@ class bucketer {
   /// Gradient i: a view into its bucket for owned gradients (valid until a rebuild), the
   /// registered span otherwise. \throws tutti::error(errc::invalid_argument) if T is not its type.
   template <element T>
-  [[nodiscard]] std::span<T> gradient(std::size_t i) {
+  [[nodiscard]] span_of<T> gradient(std::size_t i) {
     check_index(i, "gradient");
     build();  // first: it replaces slots_
     const slot& s = slots_[i];
@@ -387,8 +398,9 @@ class bucketer {
     marked_[i] = 1;
     if (!rebuilt_) ready_order_.push_back(i);
     slot& s = slots_[i];
-    if (s.external != nullptr && s.count != 0)
-      std::memcpy(buckets_[s.bucket].storage.data() + s.offset, s.external, s.count * s.elem);
+    if (s.external != nullptr)
+      memory::copy(buckets_[s.bucket].storage.data() + s.offset, s.external, s.count * s.elem,
+                   stream_);
     bucket& b = buckets_[s.bucket];
     --b.pending;
     while (next_ < buckets_.size() && buckets_[next_].pending == 0) launch(next_++);
@@ -477,10 +489,13 @@ class bucketer {
     global_used_ = window_used_;
     std::exception_ptr first;
     tutti::work used_work;
-    try {
-      used_work = comm_->all_reduce_async(std::span<std::uint8_t>(global_used_), tutti::bor);
-    } catch (...) {
-      first = std::current_exception();
+    if constexpr (!on_device) {
+      try {
+        // max of 0/1 bytes is their or, and NCCL has max (not bor) for the device path.
+        used_work = comm_->all_reduce_async(std::span<std::uint8_t>(global_used_), tutti::max);
+      } catch (...) {
+        first = std::current_exception();
+      }
     }
     std::exception_ptr bucket_error;
     for (bucket& b : buckets_) {
@@ -492,7 +507,10 @@ class bucketer {
       if (b.error && !bucket_error) bucket_error = b.error;
     }
     try {
-      used_work.wait();
+      if constexpr (on_device)
+        reduce_host(std::span<std::uint8_t>(global_used_), tutti::max);
+      else
+        used_work.wait();
     } catch (...) {
       if (!first) first = std::current_exception();
     }
@@ -519,8 +537,8 @@ class bucketer {
     std::size_t count = 0;
     std::size_t bytes = 0;
     std::vector<std::size_t> grads;
-    detail::aligned_bytes storage;
-    detail::aligned_bytes wire;  // the 16-bit copy a compressed bucket all-reduces
+    typename memory::bytes storage;
+    typename memory::bytes wire;  // the 16-bit copy a compressed bucket all-reduces
     std::size_t pending = 0;
     tutti::work work;
     std::exception_ptr error;
@@ -590,14 +608,15 @@ class bucketer {
         b.bytes += bytes[g];
       }
       b.count = b.bytes / b.elem;
-      b.storage = detail::aligned_bytes(b.bytes);
-      if (compressed(b)) b.wire = detail::aligned_bytes(b.count * 2);
+      b.storage = memory::allocate(b.bytes, stream_);
+      if (compressed(b)) b.wire = memory::allocate(b.count * 2, stream_);
     }
     if (built_) {
       for (std::size_t g = 0; g < slots_.size(); ++g)
         if (slots_[g].external == nullptr && bytes[g] != 0)
-          std::memcpy(fresh[placed[g].bucket].storage.data() + placed[g].offset,
-                      buckets_[slots_[g].bucket].storage.data() + slots_[g].offset, bytes[g]);
+          memory::copy(fresh[placed[g].bucket].storage.data() + placed[g].offset,
+                       buckets_[slots_[g].bucket].storage.data() + slots_[g].offset, bytes[g],
+                       stream_);
     }
     buckets_ = std::move(fresh);
     slots_ = std::move(placed);
@@ -605,7 +624,7 @@ class bucketer {
   }
 
   // Opens a synchronised iteration (once): with uneven_inputs, counts the ranks that train in
-  // it — a bitwise-or all-reduce of one byte per rank, this rank's 1 unless it shadows.
+  // it — a max all-reduce of one byte per rank, this rank's 1 unless it shadows.
   void start_iteration() {
     if (in_iteration_) return;
     in_iteration_ = true;
@@ -614,7 +633,7 @@ class bucketer {
     presence_.assign(static_cast<std::size_t>(comm_->size()), 0);
     if (!shadowing_) presence_[static_cast<std::size_t>(comm_->rank())] = 1;
     try {
-      comm_->all_reduce(std::span<std::uint8_t>(presence_), tutti::bor);
+      reduce_host(std::span<std::uint8_t>(presence_), tutti::max);
     } catch (...) {
       in_iteration_ = false;
       throw;
@@ -656,9 +675,9 @@ class bucketer {
         if (s.count == 0) continue;
         std::byte* dst = b.storage.data() + s.offset;
         if (shadowing_ || window_used_[g] == 0) {
-          std::memset(dst, 0, s.count * s.elem);
+          memory::zero(dst, s.count * s.elem, stream_);
         } else if (s.external != nullptr) {
-          std::memcpy(dst, s.external, s.count * s.elem);
+          memory::copy(dst, s.external, s.count * s.elem, stream_);
         }
       }
       if (opts_.before_all_reduce) opts_.before_all_reduce(view(k));
@@ -669,36 +688,66 @@ class bucketer {
       const int p = active_ranks();
       detail::visit_sum_type(b.type, [&]<class T>() {
         T* data = reinterpret_cast<T*>(b.storage.data());
-        if constexpr (std::is_floating_point_v<T>) {
-          if (compressed(b)) {
-            if (opts_.average) detail::divide_kernel<T>(data, b.count, p);
-            if (opts_.compress == compression::fp16) {
-              auto* w = reinterpret_cast<half*>(b.wire.data());
-              detail::compress_into(w, data, b.count);
-              b.work = comm_->all_reduce_async(std::span<half>(w, b.count), tutti::sum);
-            } else {
-              auto* w = reinterpret_cast<bfloat16*>(b.wire.data());
-              detail::compress_into(w, data, b.count);
-              b.work = comm_->all_reduce_async(std::span<bfloat16>(w, b.count), tutti::sum);
-            }
-            return;
-          }
-        }
-        const std::span<T> all(data, b.count);
-        if (opts_.average && detail::is_float16<T>) {
-          detail::divide_kernel<T>(data, b.count, p);  // before the sum: no overflow
-          b.work = comm_->all_reduce_async(all, tutti::sum);
-        } else if (opts_.average && opts_.uneven_inputs) {
-          b.work = comm_->all_reduce_async(all, tutti::sum);  // avg would divide by the world
-          b.divide_after = true;
-        } else if (opts_.average) {
-          b.work = comm_->all_reduce_async(all, tutti::avg);
+        if constexpr (on_device) {
+          // On the GPU: NCCL averages itself (ncclAvg); no compression, no uneven inputs.
+          (void)p;
+          if (opts_.average)
+            b.work = comm_->all_reduce_async(device_span<T>(data, b.count), tutti::avg);
+          else
+            b.work = comm_->all_reduce_async(device_span<T>(data, b.count), tutti::sum);
         } else {
-          b.work = comm_->all_reduce_async(all, tutti::sum);
+          launch_on_host<T>(b, data, p);
         }
       });
     } catch (...) {
       b.error = std::current_exception();
+    }
+  }
+
+  // A host bucket's all-reduce: divided or compressed first where the options say so.
+  template <class T>
+  void launch_on_host(bucket& b, T* data, int p) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (compressed(b)) {
+        if (opts_.average) detail::divide_kernel<T>(data, b.count, p);
+        if (opts_.compress == compression::fp16) {
+          auto* w = reinterpret_cast<half*>(b.wire.data());
+          detail::compress_into(w, data, b.count);
+          b.work = comm_->all_reduce_async(std::span<half>(w, b.count), tutti::sum);
+        } else {
+          auto* w = reinterpret_cast<bfloat16*>(b.wire.data());
+          detail::compress_into(w, data, b.count);
+          b.work = comm_->all_reduce_async(std::span<bfloat16>(w, b.count), tutti::sum);
+        }
+        return;
+      }
+    }
+    const std::span<T> all(data, b.count);
+    if (opts_.average && detail::is_float16<T>) {
+      detail::divide_kernel<T>(data, b.count, p);  // before the sum: no overflow
+      b.work = comm_->all_reduce_async(all, tutti::sum);
+    } else if (opts_.average && opts_.uneven_inputs) {
+      b.work = comm_->all_reduce_async(all, tutti::sum);  // avg would divide by the world
+      b.divide_after = true;
+    } else if (opts_.average) {
+      b.work = comm_->all_reduce_async(all, tutti::avg);
+    } else {
+      b.work = comm_->all_reduce_async(all, tutti::sum);
+    }
+  }
+
+  // A blocking all_reduce of host values: over a device communicator through a buffer in GPU
+  // memory (the used-gradient map, the presence count, the ready order: a few bytes).
+  template <class T, class Op>
+  void reduce_host(std::span<T> v, Op op) {
+    if constexpr (on_device) {
+      auto d = memory::allocate(v.size_bytes(), stream_);
+      auto* dev = reinterpret_cast<T*>(d.data());
+      memory::copy_now(dev, v.data(), v.size_bytes(), stream_);
+      comm_->all_reduce(device_span<T>(dev, v.size()), op);
+      memory::copy_now(v.data(), dev, v.size_bytes(), stream_);
+    } else {
+      comm_->all_reduce(v, op);
     }
   }
 
@@ -725,8 +774,8 @@ class bucketer {
     if (shadowing_) return;  // a joined rank's gradients are not written
     for (const std::size_t g : b.grads) {
       const slot& s = slots_[g];
-      if (s.external != nullptr && global_used_[g] != 0 && s.count != 0)
-        std::memcpy(s.external, b.storage.data() + s.offset, s.count * s.elem);
+      if (s.external != nullptr && global_used_[g] != 0)
+        memory::copy(s.external, b.storage.data() + s.offset, s.count * s.elem, stream_);
     }
   }
 
@@ -744,7 +793,7 @@ class bucketer {
     // Rank 0's order to every rank: an all_reduce (sum) of it and zeros, which every policy
     // implements (not all have broadcast).
     if (comm_->rank() != 0) std::fill(order.begin(), order.end(), 0);
-    comm_->all_reduce(std::span<std::uint64_t>(order), tutti::sum);
+    reduce_host(std::span<std::uint64_t>(order), tutti::sum);
     std::vector<std::size_t> agreed(order.begin(), order.end());
     std::vector<char> check(slots_.size(), 0);
     for (const std::size_t g : agreed) {
@@ -788,6 +837,7 @@ class bucketer {
   }
 
   Comm* comm_;
+  void* stream_ = nullptr;  // on_device: the communicator's CUDA stream, which copies run on
   bucketer_options opts_;
   std::vector<slot> slots_;
   std::vector<bucket> buckets_;

@@ -45,6 +45,7 @@
 #include "tutti/core/error.hpp"
 #include "tutti/core/options.hpp"
 #include "tutti/detail/call.hpp"
+#include "tutti/detail/nccl/buckets.hpp"
 #include "tutti/detail/nccl/device.hpp"
 #include "tutti/detail/nccl/init.hpp"
 #include "tutti/detail/nccl/native.hpp"
