@@ -9,8 +9,16 @@
 /// waits on anything (`progress`), so two ranks exchanging large messages cannot deadlock.
 /// Collective receives match strictly in order and check the frame's call against their own;
 /// user receives match by tag, in order, buffering frames for tags nobody asked for yet.
+///
+/// A user message of at least `shm_single_copy_min` bytes to a rank that can read this
+/// process's memory (the probe at join set the channel's `single_copy`) travels as a frame
+/// carrying its address instead of its bytes: the receiver copies it once, straight from the
+/// sender's buffer (process_vm_readv, detail/cma.hpp), then counts it in the channel's `acked`;
+/// the send completes when its count is reached. Through the ring every byte is copied twice,
+/// and a message larger than the ring costs a hand-off per ring's worth.
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -23,6 +31,7 @@
 #include "tutti/core/reduce.hpp"
 #include "tutti/detail/board.hpp"
 #include "tutti/detail/call.hpp"
+#include "tutti/detail/cma.hpp"
 #include "tutti/detail/shm_layout.hpp"
 
 namespace tutti::inline v0::detail {
@@ -40,6 +49,7 @@ struct shm_op {
   std::size_t bytes = 0;
   const reducer* fuse = nullptr;  // receive: recv_buf = recv_buf op payload
   std::size_t moved = 0;          // payload bytes moved so far
+  std::uint64_t ack = 0;          // single-copy send: its number on the channel
   bool started = false;           // send: frame header written; receive: frame matched
   bool complete = false;
   bool failed = false;
@@ -53,6 +63,11 @@ struct shm_unexpected {
   std::size_t expected = 0;  // payload size announced by the frame
 };
 
+/// User messages from this size up travel as single copies where the receiver can read the
+/// sender's memory. Below it a system call and an acknowledgement cost more than the ring's
+/// second copy (bench/compare_p2p.sh).
+inline constexpr std::size_t shm_single_copy_min = std::size_t{8} << 10;
+
 class shm_channels {
  public:
   shm_channels(const shm_view& v, int rank, int size)
@@ -60,6 +75,7 @@ class shm_channels {
         rank_(rank),
         size_(size),
         cap_(v.layout().channel_bytes),
+        key_(v.header().stamp_key),
         peers_(static_cast<std::size_t>(size) * 2) {}
 
   /// Queues `op` (owned by its request); it advances on the next `progress`.
@@ -80,6 +96,11 @@ class shm_channels {
   /// already moved part of a message: the channel is then out of step and must not be reused.
   bool cancel(shm_op* op) noexcept {
     auto& pr = peer(op->sp, op->peer);
+    if (const auto it = std::find(pr.acking.begin(), pr.acking.end(), op); it != pr.acking.end()) {
+      pr.acking.erase(it);  // its receiver may be reading it: the channel cannot go on
+      --pending_;
+      return false;
+    }
     auto& q = op->is_send ? pr.sends : pr.recvs;
     const auto it = std::find(q.begin(), q.end(), op);
     if (it == q.end()) return true;
@@ -98,6 +119,7 @@ class shm_channels {
         auto& pr = peer(static_cast<space>(s), q);
         if (!pr.sends.empty()) push_sends(static_cast<space>(s), q, pr);
         if (!pr.recvs.empty()) pull_recvs(static_cast<space>(s), q, pr);
+        if (!pr.acking.empty()) take_acks(static_cast<space>(s), q, pr);
       }
   }
 
@@ -107,10 +129,15 @@ class shm_channels {
   struct peer_state {
     std::deque<shm_op*> sends;
     std::deque<shm_op*> recvs;
+    std::deque<shm_op*> acking;   // single-copy sends whose bytes the receiver has yet to read
+    std::uint64_t described = 0;  // single-copy sends written to the outgoing channel
+    std::uint64_t read = 0;       // single-copy messages read from the incoming channel
     std::list<shm_unexpected> unexpected;  // stable addresses: `buffering` points in
     std::uint64_t head = 0;                // producer position of the outgoing channel (mirror)
+    std::uint64_t tail_seen = 0;           // the outgoing channel's consumer position, as last read
     std::uint64_t tail = 0;                // consumer position of the incoming channel (mirror)
-    shm_frame frame{};                     // incoming frame being consumed
+    std::uint64_t head_seen = 0;  // the incoming channel's producer position, as last known
+    shm_frame frame{};            // incoming frame being consumed
     bool in_frame = false;
     shm_op* current = nullptr;            // receive the frame streams into (null: unexpected)
     shm_unexpected* buffering = nullptr;  // unexpected frame being buffered
@@ -136,29 +163,84 @@ class shm_channels {
     return static_cast<std::int64_t>(cap_) - static_cast<std::int64_t>(pr.head - tail);
   }
 
+  /// Writes `n` bytes at stream position `pos` of a ring, wrapping at its end.
+  void ring_write(std::byte* ring, std::uint64_t pos, const void* src, std::size_t n) const {
+    const std::size_t at = pos % cap_;
+    const std::size_t first = std::min(n, cap_ - at);
+    std::memcpy(ring + at, src, first);
+    if (first < n) std::memcpy(ring, static_cast<const std::byte*>(src) + first, n - first);
+  }
+
+  /// Publishes a frame header at `pos`: every field, then its stamp (release).
+  void put_header(std::byte* ring, std::uint64_t pos, const shm_frame& f) const {
+    // The stamp word is only ever stored atomically: the consumer may be loading it already.
+    std::memcpy(ring + pos % cap_, &f, offsetof(shm_frame, stamp));
+    std::atomic_ref<std::uint64_t>(reinterpret_cast<shm_frame*>(ring + pos % cap_)->stamp)
+        .store(pos ^ key_, std::memory_order_release);
+  }
+
   void push_sends(space s, int q, peer_state& pr) {
     auto& ctl = v_.channel(s, rank_, q);
     std::byte* ring = v_.ring(s, rank_, q);
     const std::uint64_t start = pr.head;
-    std::uint64_t tail = ctl.tail.load(std::memory_order_acquire);
+    // The consumer's position as last seen: reloaded only when the ring looks too full, so a
+    // message that fits costs no read of the consumer's line.
+    auto fits = [&](std::size_t n) {
+      if (room(pr, pr.tail_seen) >= static_cast<std::int64_t>(n)) return true;
+      pr.tail_seen = ctl.tail.load(std::memory_order_acquire);
+      return room(pr, pr.tail_seen) >= static_cast<std::int64_t>(n);
+    };
     while (!pr.sends.empty()) {
       shm_op* op = pr.sends.front();
       if (!op->started) {
-        if (room(pr, tail) < static_cast<std::int64_t>(sizeof(shm_frame))) {
-          tail = ctl.tail.load(std::memory_order_acquire);
-          if (room(pr, tail) < static_cast<std::int64_t>(sizeof(shm_frame))) break;
+        shm_frame f{
+            op->seq, op->fp.packed_head(), op->fp.count, op->tag, op->bytes, shm_frame::streamed, 0,
+            0};
+        const bool single = s == space::p2p && op->bytes >= shm_single_copy_min &&
+                            ctl.single_copy.load(std::memory_order_relaxed) != 0;
+        if (single) {  // the bytes stay where they are: done once the receiver has read them
+          if (!fits(sizeof f)) break;
+          f.address = reinterpret_cast<std::uintptr_t>(op->send_buf);
+          put_header(ring, pr.head, f);
+          pr.head += sizeof f;
+          op->started = true;
+          op->moved = op->bytes;
+          op->ack = ++pr.described;
+          pr.sends.pop_front();
+          pr.acking.push_back(op);
+          continue;
         }
-        shm_frame f{op->seq, op->fp.packed_head(), op->fp.count, op->tag, op->bytes, {}};
-        std::memcpy(ring + pr.head % cap_, &f, sizeof f);
+        if (op->bytes <= shm_frame::word_bytes) {  // in the header itself
+          if (!fits(sizeof f)) break;
+          f.address = shm_frame::whole;
+          if (op->bytes != 0) std::memcpy(&f.word, op->send_buf, op->bytes);
+          put_header(ring, pr.head, f);
+          pr.head += sizeof f;
+          op->started = true;
+          op->moved = op->bytes;
+          complete(pr.sends, op);
+          continue;
+        }
+        const std::size_t padded = round_up(op->bytes, sizeof f);
+        if (padded <= cap_ - sizeof f && fits(sizeof f + padded)) {
+          // All of it fits: payload first, then the header that announces it whole.
+          ring_write(ring, pr.head + sizeof f, op->send_buf, op->bytes);
+          f.address = shm_frame::whole;
+          put_header(ring, pr.head, f);
+          pr.head += sizeof f + padded;
+          op->started = true;
+          op->moved = op->bytes;
+          complete(pr.sends, op);
+          continue;
+        }
+        if (!fits(sizeof f)) break;
+        put_header(ring, pr.head, f);  // streamed: the payload follows as the ring frees
         pr.head += sizeof f;
         op->started = true;
       }
       while (op->moved < op->bytes) {
-        if (room(pr, tail) <= 0) {
-          tail = ctl.tail.load(std::memory_order_acquire);
-          if (room(pr, tail) <= 0) break;
-        }
-        const auto free = static_cast<std::size_t>(room(pr, tail));
+        if (!fits(1)) break;
+        const auto free = static_cast<std::size_t>(room(pr, pr.tail_seen));
         const std::size_t at = pr.head % cap_;
         const std::size_t n = std::min({op->bytes - op->moved, free, cap_ - at});
         std::memcpy(ring + at, op->send_buf + op->moved, n);
@@ -181,26 +263,45 @@ class shm_channels {
 
   void pull_recvs(space s, int q, peer_state& pr) {
     auto& ctl = v_.channel(s, q, rank_);
-    const std::byte* ring = v_.ring(s, q, rank_);
+    std::byte* ring = v_.ring(s, q, rank_);
     const std::uint64_t start = pr.tail;
-    std::uint64_t head = ctl.head.load(std::memory_order_acquire);
     for (;;) {
       if (!pr.in_frame) {
-        if (pr.recvs.empty() || head - pr.tail < sizeof(shm_frame)) break;
-        std::memcpy(&pr.frame, ring + pr.tail % cap_, sizeof(shm_frame));
+        if (pr.recvs.empty()) break;
+        auto* header = reinterpret_cast<shm_frame*>(ring + pr.tail % cap_);
+        if (std::atomic_ref<std::uint64_t>(header->stamp).load(std::memory_order_acquire) !=
+            (pr.tail ^ key_))
+          break;
+        std::memcpy(&pr.frame, header, sizeof(shm_frame));
         pr.tail += sizeof(shm_frame);
         pr.in_frame = true;
         pr.frame_moved = 0;
         match(s, q, pr);
+        if (pr.frame.address > shm_frame::whole) {
+          read_single_copy(s, q, pr);
+          finish_frame(pr);
+          continue;
+        }
+        if (pr.frame.address == shm_frame::whole) {
+          if (pr.frame.bytes <= shm_frame::word_bytes) {
+            if (pr.frame.bytes != 0)
+              deliver(pr, reinterpret_cast<const std::byte*>(&pr.frame.word), pr.frame.bytes);
+            pr.frame_moved = pr.frame.bytes;
+            finish_frame(pr);
+            continue;
+          }
+          pr.head_seen = std::max(pr.head_seen, pr.tail + pr.frame.bytes);  // all there
+        }
       }
       // Stream the payload into the matched receive, an unexpected buffer, or nowhere.
       const std::size_t total = pr.frame.bytes;
       const std::size_t elem = pr.current && pr.current->fuse ? pr.current->fuse->elem_size : 1;
       while (pr.frame_moved < total) {
-        std::size_t avail = head - pr.tail;
+        // head_seen may lag behind the frames found by their stamps.
+        std::size_t avail = pr.head_seen > pr.tail ? pr.head_seen - pr.tail : 0;
         if (avail < elem && avail < total - pr.frame_moved) {
-          head = ctl.head.load(std::memory_order_acquire);
-          avail = head - pr.tail;
+          pr.head_seen = ctl.head.load(std::memory_order_acquire);
+          avail = pr.head_seen > pr.tail ? pr.head_seen - pr.tail : 0;
           if (avail < elem && avail < total - pr.frame_moved) break;
         }
         const std::size_t at = pr.tail % cap_;
@@ -280,6 +381,37 @@ class shm_channels {
     pr.current = op;
   }
 
+  /// The frame is a single copy: reads its bytes from the sender's memory into the matched
+  /// receive or an unexpected buffer (or nowhere, after a mismatch), then acknowledges it.
+  void read_single_copy(space s, int q, peer_state& pr) {
+    const std::size_t n = pr.frame.bytes;
+    std::byte* dst = nullptr;
+    if (pr.current != nullptr) {
+      dst = pr.current->recv_buf;
+      pr.current->moved = n;
+    } else if (pr.buffering != nullptr) {
+      pr.buffering->data.resize(n);
+      dst = pr.buffering->data.data();
+    }
+    if (dst != nullptr && n != 0) {
+      const auto pid = static_cast<pid_t>(v_.block(q).pid.load(std::memory_order_relaxed));
+      if (const int e = cma_read(pid, dst, pr.frame.address, n); e != 0 && pr.current != nullptr) {
+        pr.current->failed = true;
+        pr.current->error = "reading " + std::to_string(n) + " bytes from rank " +
+                            std::to_string(q) + "'s memory failed: " + std::strerror(e);
+      }
+    }
+    pr.frame_moved = n;
+    v_.channel(s, q, rank_).acked.store(++pr.read, std::memory_order_release);
+  }
+
+  /// Completes the single-copy sends to `q` that the receiver has read.
+  void take_acks(space s, int q, peer_state& pr) {
+    const std::uint64_t acked = v_.channel(s, rank_, q).acked.load(std::memory_order_acquire);
+    while (!pr.acking.empty() && pr.acking.front()->ack <= acked)
+      complete(pr.acking, pr.acking.front());
+  }
+
   void deliver(peer_state& pr, const std::byte* src, std::size_t n) {
     if (shm_op* op = pr.current) {
       std::byte* dst = op->recv_buf + pr.frame_moved;
@@ -343,6 +475,7 @@ class shm_channels {
   int rank_;
   int size_;
   std::size_t cap_;
+  std::uint64_t key_;
   std::vector<peer_state> peers_;
   std::size_t pending_ = 0;
 };

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <random>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -23,6 +24,7 @@
 
 #include "tutti/core/error.hpp"
 #include "tutti/core/options.hpp"
+#include "tutti/detail/cma.hpp"
 #include "tutti/detail/shm_layout.hpp"
 #include "tutti/detail/shm_segment.hpp"
 #include "tutti/detail/shm_state.hpp"
@@ -61,12 +63,51 @@ namespace tutti::inline v0::detail {
 /// until all `st.size` ranks attached; then watches the peers' processes. Raises
 /// tutti::error(errc::peer_lost) if a rank dies meanwhile, errc::timeout naming the ranks that
 /// never attached by `deadline`.
+/// The word this process offers for the single-copy probe: its address and value are published
+/// in the rank's block, and a peer that reads the value back can read this process's memory.
+[[nodiscard]] inline const std::uint64_t& shm_probe_word() {
+  static const std::uint64_t word = [] {
+    std::random_device rd;
+    return ((std::uint64_t{rd()} << 32) ^ rd()) | 1;
+  }();
+  return word;
+}
+
+/// Whether this rank offers and takes single copies (TUTTI_SHM_CMA, default on).
+[[nodiscard]] inline bool shm_single_copy_enabled() {
+  const std::string env = env_string("TUTTI_SHM_CMA");
+  return env != "0" && env != "off" && env != "no" && env != "false";
+}
+
+/// Reads every peer's probe word through process_vm_readv; where it reads back, marks the
+/// peer's user channel to this rank single-copy (its sender may then send addresses).
+inline void shm_probe_single_copy(shm_state& st) {
+  if (!shm_single_copy_enabled()) return;
+  auto& v = st.view;
+  for (int q = 0; q < st.size; ++q) {
+    if (q == st.rank) continue;
+    const auto& b = v.block(q);
+    const std::uint64_t address = b.probe_address.load(std::memory_order_relaxed);
+    const std::uint64_t value = b.probe_value.load(std::memory_order_relaxed);
+    const auto pid = static_cast<pid_t>(b.pid.load(std::memory_order_relaxed));
+    std::uint64_t got = 0;
+    if (address == 0 || pid <= 0 || cma_read(pid, &got, address, sizeof got) != 0 || got != value)
+      continue;
+    v.channel(space::p2p, q, st.rank).single_copy.store(1, std::memory_order_relaxed);
+  }
+}
+
 inline void shm_await_world(shm_state& st, clock::time_point deadline) {
   const int rank = st.rank;
   const int size = st.size;
   const std::string& name = st.name;
   auto& v = st.view;
   auto& me = v.block(rank);
+  if (shm_single_copy_enabled()) {
+    me.probe_address.store(reinterpret_cast<std::uintptr_t>(&shm_probe_word()),
+                           std::memory_order_relaxed);
+    me.probe_value.store(shm_probe_word(), std::memory_order_relaxed);
+  }
   me.pid.store(static_cast<std::int32_t>(::getpid()), std::memory_order_relaxed);
   me.state.store(static_cast<std::uint32_t>(shm_rank_state::attached), std::memory_order_release);
   if (v.header().attached.fetch_add(1, std::memory_order_acq_rel) + 1 ==
@@ -101,6 +142,7 @@ inline void shm_await_world(shm_state& st, clock::time_point deadline) {
     if (q != rank)
       pids[static_cast<std::size_t>(q)] = v.block(q).pid.load(std::memory_order_relaxed);
   st.watch = shm_watch(std::move(pids));
+  shm_probe_single_copy(st);
 }
 
 /// Creates (rank 0) or attaches to the segment and waits until all `size` ranks attached,

@@ -48,6 +48,10 @@ struct shm_rank_block {
   alignas(cache_line) doorbell bell;  // rung by peers: written by others, read by the owner
   alignas(cache_line) std::atomic<std::int32_t> pid{0};
   std::atomic<std::uint32_t> state{0};  // shm_rank_state
+  // The single-copy probe: a word in the owner's memory and its value, written before the
+  // owner counts itself attached; peers read it back through process_vm_readv.
+  std::atomic<std::uint64_t> probe_address{0};
+  std::atomic<std::uint64_t> probe_value{0};
   // Advanced by the owner at each call and at most every millisecond while it sleeps in a
   // wait: a value that stays put while others wait names the rank that stopped making progress.
   std::atomic<std::uint64_t> beat{0};
@@ -57,7 +61,7 @@ struct shm_rank_block {
 
 struct shm_header {
   static constexpr std::uint64_t magic_value = 0x3169747475742d78ull;  // "x-tutti1"
-  static constexpr std::uint32_t layout_version = 3;
+  static constexpr std::uint32_t layout_version = 4;
 
   std::atomic<std::uint64_t> magic{0};  // stored last by the creator
   std::uint32_t version = 0;
@@ -65,6 +69,7 @@ struct shm_header {
   std::uint64_t slot_bytes = 0;
   std::uint64_t channel_bytes = 0;
   std::uint64_t total_bytes = 0;
+  std::uint64_t stamp_key = 0;  // random, per segment: frames carry position ^ key (shm_frame)
   alignas(cache_line) std::atomic<std::uint32_t> attached{0};
   alignas(cache_line) std::atomic<std::uint32_t> abort_state{0};  // 0 none, 1 writing, 2 set
   std::int32_t abort_code = 0;
@@ -72,15 +77,31 @@ struct shm_header {
   char abort_what[1024] = {};
 };
 
-/// A message on a channel: this header at a 64-byte-aligned stream position, then `bytes`
-/// of payload, padded to 64 bytes.
+/// A message on a channel: this header at a 64-byte-aligned stream position, then (unless it
+/// rides in the header or travels as a single copy) `bytes` of payload, padded to 64 bytes.
+///
+/// The producer writes `stamp` last (release): the position of the header xor the segment's
+/// stamp_key, so the consumer finds a new frame by reading that one line, not the producer's
+/// `head` (a line it would have to fetch from the producer for every message); stale bytes at
+/// that place hold another position's stamp, or payload. `address` says where the payload is:
+///   shm_frame::streamed   it follows, written as the ring frees; the consumer watches `head`;
+///   shm_frame::whole      it follows, all written before the stamp; payloads of up to 8 bytes
+///                         ride in `word` instead, and nothing follows;
+///   anything else         it is not in the ring: the receiver reads `bytes` at that address
+///                         in the sender's memory (a single copy, detail/shm_channels.hpp).
 struct shm_frame {
+  static constexpr std::uint64_t streamed = 0;
+  static constexpr std::uint64_t whole = 1;
+  static constexpr std::size_t word_bytes = 8;
+
   std::uint64_t seq;
   std::uint64_t fp_head;
   std::uint64_t fp_count;
   std::uint64_t tag;
   std::uint64_t bytes;
-  std::uint64_t reserved[3];
+  std::uint64_t address;
+  std::uint64_t word;
+  std::uint64_t stamp;
 };
 static_assert(sizeof(shm_frame) == cache_line);
 
@@ -110,10 +131,14 @@ inline constexpr std::size_t shm_lines_per_half = 5;
 inline constexpr std::size_t shm_line_capacity =
     shm_first_line::payload + (shm_lines_per_half - 1) * shm_line::payload;
 
-/// Producer and consumer positions of one channel (bytes ever written / ever consumed).
+/// Producer and consumer positions of one channel (bytes ever written / ever consumed), and
+/// what the consumer writes besides: whether it can read the producer's memory (single copies,
+/// detail/shm_channels.hpp), and how many single-copy messages it has read so far.
 struct shm_channel_ctl {
   alignas(cache_line) std::atomic<std::uint64_t> head{0};
   alignas(cache_line) std::atomic<std::uint64_t> tail{0};
+  std::atomic<std::uint64_t> acked{0};
+  std::atomic<std::uint32_t> single_copy{0};
 };
 
 /// Offsets of everything in a segment for `ranks` ranks.

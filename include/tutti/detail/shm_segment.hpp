@@ -28,6 +28,7 @@
 #include <cstring>
 #include <new>
 #include <optional>
+#include <random>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -233,6 +234,10 @@ class shm_mapping {
   h->slot_bytes = l.slot_bytes;
   h->channel_bytes = l.channel_bytes;
   h->total_bytes = total;
+  {
+    std::random_device rd;
+    h->stamp_key = (std::uint64_t{rd()} << 32) ^ rd();
+  }
   for (std::size_t r = 0; r < l.ranks; ++r)
     new (m.base() + l.blocks_offset() + r * shm_layout::block_bytes()) shm_rank_block;
   for (std::size_t r = 0; r < l.ranks; ++r)
