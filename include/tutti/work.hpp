@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
-#include <functional>
 #include <memory>
 #include <thread>
 
@@ -19,11 +18,12 @@ struct work_state {
   std::atomic<std::uint32_t> finished{0};
   doorbell bell;
   std::exception_ptr error;  // written before `finished` is set
-  /// Point-to-point work moves its messages in the thread that waits for it: `drive(true)`
-  /// waits until the messages are done, `drive(false)` moves what it can without blocking;
-  /// either completes the state once they are done or failed, and neither throws. Empty for
-  /// collectives, which the progress thread or a CUDA stream completes.
-  std::function<void(bool)> drive;
+  /// Point-to-point work moves its messages in the thread that waits for it:
+  /// `drive(drive_ctx, true)` waits until the messages are done, `drive(drive_ctx, false)`
+  /// moves what it can without blocking; either completes the state once they are done or
+  /// failed. Null for collectives, which the progress thread or a CUDA stream completes.
+  void (*drive)(void* ctx, bool block) noexcept = nullptr;
+  void* drive_ctx = nullptr;
 
   void complete(std::exception_ptr e) noexcept {
     error = std::move(e);
@@ -56,14 +56,14 @@ class work {
   /// messages it moves what it can first (as MPI_Test does).
   [[nodiscard]] bool done() const noexcept {
     if (!s_) return true;
-    if (s_->drive && !s_->is_done()) s_->drive(false);
+    if (s_->drive != nullptr && !s_->is_done()) s_->drive(s_->drive_ctx, false);
     return s_->is_done();
   }
 
   /// Blocks until the call finished; rethrows its tutti::error if it failed.
   void wait() const {
     if (!s_) return;
-    if (s_->drive && !s_->is_done()) s_->drive(true);
+    if (s_->drive != nullptr && !s_->is_done()) s_->drive(s_->drive_ctx, true);
     detail::wait_on(
         s_->bell, false, [this] { return s_->is_done(); }, [] {});
     if (s_->error) std::rethrow_exception(s_->error);
@@ -75,7 +75,7 @@ class work {
   [[nodiscard]] bool wait_for(std::chrono::duration<Rep, Period> d) const {
     if (!s_) return true;
     const auto deadline = detail::clock::now() + d;
-    if (s_->drive) {
+    if (s_->drive != nullptr) {
       // Point-to-point: move the messages in slices until they are done or `d` has passed.
       for (unsigned spins = 0; !done(); ++spins) {
         if (detail::clock::now() >= deadline) return false;

@@ -4,6 +4,7 @@
 /// dispatch to the algorithm policy, avg's final division, async execution in issue order.
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -207,8 +208,9 @@ class communicator_base {
     s.queue.drain();
     if (msgs.empty()) return {};
     auto op = std::make_shared<p2p_op>();
-    op->calls.reserve(msgs.size());
-    for (const auto& m : msgs) {
+    op->size(msgs.size());  // requests may refer to their calls: no reallocation after
+    for (std::size_t i = 0; i < msgs.size(); ++i) {
+      const auto& m = msgs[i];
       call c;
       c.fp = fingerprint{m.is_send ? collective::send : collective::recv, m.type, op_kind::none, -1,
                          m.out.size() + m.in.size()};
@@ -219,29 +221,30 @@ class communicator_base {
       if (m.peer < 0 || m.peer >= size() || m.peer == rank())
         throw error(errc::invalid_argument, c.name_str(), c.seq, rank(), m.peer,
                     "peer must be another rank in [0, " + std::to_string(size()) + ")");
-      op->calls.push_back(c);
+      op->at(i).c = c;
     }
     op->deadline = clock::now() + s.opts.timeout;
-    op->reqs.reserve(msgs.size());
     // As for send and recv, an error here is the call's own: it does not break the
     // communicator (the transport aborts the world where the error leaves it unusable).
     for (std::size_t i = 0; i < msgs.size(); ++i) {
       const auto& m = msgs[i];
-      const call& c = op->calls[i];
-      op->reqs.push_back(m.is_send ? s.t.isend(m.peer, m.out, c, space::p2p, m.tag)
-                                   : s.t.irecv(m.peer, m.in, c, space::p2p, m.tag));
+      auto& mine = op->at(i);
+      mine.r = m.is_send ? s.t.isend(m.peer, m.out, mine.c, space::p2p, m.tag)
+                         : s.t.irecv(m.peer, m.in, mine.c, space::p2p, m.tag);
     }
     if constexpr (device_transport<Transport>) {
-      const call& c = op->calls.back();
+      const call& c = op->at(msgs.size() - 1).c;
       s.t.flush(c, op->deadline);
       auto ev = s.t.record(c);
       return work(s.queue.push([sp = &s, ev, c, d = op->deadline] { sp->t.complete(ev, c, d); }));
     } else {
-      auto ws = std::make_shared<work_state>();
-      op->ws = ws;
-      ws->drive = [sp = &s, w = std::weak_ptr<p2p_op>(op)](bool block) noexcept {
-        if (auto o = w.lock()) advance(*sp, *o, block);
+      op->s = &s;
+      op->ws.drive = [](void* o, bool block) noexcept {
+        auto* p = static_cast<p2p_op*>(o);
+        if (p->s != nullptr) advance(*p->s, *p, block);
       };
+      op->ws.drive_ctx = op.get();
+      std::shared_ptr<work_state> ws(op, &op->ws);  // the handle keeps the op alive
       s.p2p.push_back(std::move(op));
       return work(std::move(ws));
     }
@@ -256,13 +259,32 @@ class communicator_base {
   }
 
  private:
-  /// The messages of one isend, irecv or batch on a host transport, until they are done.
+  /// The messages of one isend, irecv or batch, and its handle's state (one allocation; the
+  /// work aliases it). The communicator lists it until it is done; `s` is null once the
+  /// communicator is gone.
+  struct state;
   struct p2p_op {
-    std::vector<call> calls;  // one per message; requests may refer to them
-    std::vector<typename Transport::request> reqs;
+    struct msg {
+      call c;
+      typename Transport::request r;
+    };
+    work_state ws;
+    state* s = nullptr;
+    std::array<msg, 2> few;  // an isend or irecv, or a pair, need no allocation of their own
+    std::vector<msg> many;   // larger batches
+    std::size_t count = 0;
     std::size_t next = 0;  // messages before it are done
+
+    void size(std::size_t n) {
+      count = n;
+      if (n > few.size()) many.resize(n);
+    }
+    msg& at(std::size_t i) { return count > few.size() ? many[i] : few[i]; }
+    void withdraw() {  // destroys every request: a pending one withdraws its message
+      for (auto& m : few) m.r = {};
+      many.clear();
+    }
     clock::time_point deadline;
-    std::shared_ptr<work_state> ws;
   };
 
   struct state {
@@ -275,11 +297,12 @@ class communicator_base {
     ~state() {
       queue.drain();
       for (auto& op : p2p) {
-        const call& c = op->calls[op->next];
-        op->ws->complete(std::make_exception_ptr(
+        const call& c = op->at(op->next).c;
+        op->s = nullptr;
+        op->ws.complete(std::make_exception_ptr(
             error(errc::aborted, c.name_str(), c.seq, t.rank(), -1,
                   "the communicator was destroyed before this message was done")));
-        op->reqs.clear();
+        op->withdraw();
       }
       p2p.clear();
     }
@@ -304,9 +327,9 @@ class communicator_base {
         s.queue.drain();
       else if (!s.queue.idle())
         return;
-      for (; op.next < op.reqs.size(); ++op.next) {
-        auto& r = op.reqs[op.next];
-        const call& c = op.calls[op.next];
+      for (; op.next < op.count; ++op.next) {
+        auto& r = op.at(op.next).r;
+        const call& c = op.at(op.next).c;
         if (block) {
           s.t.wait(r, c, op.deadline);
         } else if constexpr (requires { s.t.test(r, c, op.deadline); }) {
@@ -318,7 +341,7 @@ class communicator_base {
     } catch (...) {
       failed = std::current_exception();
     }
-    op.ws->complete(failed);
+    op.ws.complete(failed);
     const auto it =
         std::find_if(s.p2p.begin(), s.p2p.end(), [&](const auto& o) { return o.get() == &op; });
     if (it != s.p2p.end()) {

@@ -2,6 +2,7 @@
 /// \file
 /// A communicator's progress thread: runs async collectives one at a time, in issue order.
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -36,7 +37,7 @@ class progress_queue {
       std::lock_guard lock(mu_);
       if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
       jobs_.push_back({std::move(job), state});
-      ++pending_;
+      pending_.fetch_add(1, std::memory_order_relaxed);
       wake = sleeping_;
     }
     if (wake) cv_.notify_one();
@@ -45,15 +46,13 @@ class progress_queue {
 
   /// Whether every queued job has run: the thread does not touch the transport until the
   /// next push (only the caller's thread pushes).
-  [[nodiscard]] bool idle() {
-    std::lock_guard lock(mu_);
-    return pending_ == 0;
-  }
+  [[nodiscard]] bool idle() const noexcept { return pending_.load(std::memory_order_acquire) == 0; }
 
-  /// Blocks until every queued job has run.
+  /// Blocks until every queued job has run. Costs one load when nothing is queued.
   void drain() {
+    if (idle()) return;
     std::unique_lock lock(mu_);
-    idle_cv_.wait(lock, [this] { return pending_ == 0; });
+    idle_cv_.wait(lock, [this] { return idle(); });
   }
 
  private:
@@ -82,7 +81,7 @@ class progress_queue {
       }
       it.state->complete(error);
       lock.lock();
-      if (--pending_ == 0) idle_cv_.notify_all();
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) idle_cv_.notify_all();
     }
   }
 
@@ -90,8 +89,8 @@ class progress_queue {
   std::condition_variable cv_;
   std::condition_variable idle_cv_;
   std::deque<item> jobs_;
-  std::size_t pending_ = 0;
-  bool sleeping_ = false;  ///< the thread waits on cv_ (under mu_)
+  std::atomic<std::size_t> pending_{0};  // written under mu_; read without it by idle()
+  bool sleeping_ = false;                ///< the thread waits on cv_ (under mu_)
   bool stopping_ = false;
   std::thread thread_;
 };
