@@ -4,6 +4,9 @@
 //                  tensor marked ready in backward order, then finish() (DDP's default caps:
 //                  first bucket 1 MiB, then 25 MiB)
 //   bucketed-copy  the same with the gradients in the caller's buffers (copied in and out)
+//   bucketed-join  bucketed with uneven_inputs (torch's Join): every iteration also counts the
+//                  ranks that train, and averages divide by that count; every rank has data
+//                  here, so this is what being ready for uneven inputs costs
 //   flat           one all_reduce (avg) of one buffer of all 25.6M floats
 //   per-tensor     161 blocking all_reduce (avg) calls, one per tensor
 // Time per iteration = the mean over `--iters` timed iterations after `--warmup`, the max over
@@ -138,6 +141,13 @@ int run(Comm& comm, const args& a) {
   comm.all_reduce(std::span<std::uint64_t>(&wrong, 1), tutti::sum);
   const std::size_t n_buckets = owned.layout().size();
 
+  // Bucketed with uneven inputs allowed (every rank trains in every iteration).
+  tutti::bucketer joinable(
+      comm, tutti::bucketer_options{.bucket_bytes = caps.bucket_bytes, .uneven_inputs = true});
+  for (const std::size_t n : sizes) joinable.template add<float>(n);
+  for (std::size_t t = 0; t < sizes.size(); ++t)
+    for (float& x : joinable.template gradient<float>(t)) x = value(t, r);
+
   // Bucketed, caller-owned buffers.
   std::vector<std::vector<float>> mine(sizes.size());
   tutti::bucketer copied(comm, caps);
@@ -149,11 +159,12 @@ int run(Comm& comm, const args& a) {
 
   // The four modes take turns, `rounds` times, so that a slow phase of the machine hits them
   // alike; each mode's time is the median of its rounds.
-  std::vector<double> t_bucketed, t_copied, t_flat_all, t_each_all;
+  std::vector<double> t_bucketed, t_copied, t_flat_all, t_each_all, t_join;
   for (int round = 0; round < a.rounds; ++round) {
     t_flat_all.push_back(
         time_it(comm, a, [&] { comm.all_reduce(std::span<float>(flat), tutti::avg); }));
     t_bucketed.push_back(time_it(comm, a, [&] { backward(owned); }));
+    t_join.push_back(time_it(comm, a, [&] { backward(joinable); }));
     t_copied.push_back(time_it(comm, a, [&] { backward(copied); }));
     t_each_all.push_back(time_it(comm, a, [&] {
       for (auto& g : mine) comm.all_reduce(std::span<float>(g), tutti::avg);
@@ -174,12 +185,13 @@ int run(Comm& comm, const args& a) {
     };
     row("flat", t_flat);
     row("bucketed", median(t_bucketed));
+    row("bucketed-join", median(t_join));
     row("bucketed-copy", median(t_copied));
     row("per-tensor", t_each);
     std::printf(
-        "# bucketed: %zu buckets (first 1 MiB, then %g MiB); per-tensor / bucketed = %.2fx; #wrong "
-        "%llu\n",
-        n_buckets, a.bucket_mib, t_each / median(t_bucketed),
+        "# bucketed: %zu buckets (first 1 MiB, then %g MiB); per-tensor / bucketed = %.2fx; "
+        "bucketed-join / bucketed = %.3fx; #wrong %llu\n",
+        n_buckets, a.bucket_mib, t_each / median(t_bucketed), median(t_join) / median(t_bucketed),
         static_cast<unsigned long long>(wrong));
   }
   return wrong == 0 ? 0 : 1;

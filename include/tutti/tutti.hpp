@@ -6,6 +6,7 @@
 /// distributed_sampler).
 
 #include "tutti/adapters/bucketer.hpp"
+#include "tutti/adapters/parameters.hpp"
 #include "tutti/adapters/sampler.hpp"
 #include "tutti/algorithm/automatic.hpp"
 #include "tutti/algorithm/bruck.hpp"
