@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +46,24 @@ struct shm_state {
   std::uint64_t line_gen = 0;
   std::string name;
   bool broken = false;  // a request died mid-message: the channels are out of step
+  std::vector<std::unique_ptr<shm_op>> spare_ops;  // finished ops, reused by the next requests
+
+  /// A cleared op for a new request: a spare one where there is one.
+  [[nodiscard]] std::unique_ptr<shm_op> take_op() {
+    if (spare_ops.empty()) return std::make_unique<shm_op>();
+    auto op = std::move(spare_ops.back());
+    spare_ops.pop_back();
+    *op = shm_op{};
+    return op;
+  }
+  /// Keeps a finished op for reuse (a few dozen at most).
+  void give_op(std::unique_ptr<shm_op> op) noexcept {
+    if (!op || spare_ops.size() >= 64) return;
+    try {
+      spare_ops.push_back(std::move(op));
+    } catch (...) {  // NOLINT(bugprone-empty-catch): no room to keep it: it is freed
+    }
+  }
   // Liveness (see shm_rank_block::beat): this rank's count, when it last stored it, and per
   // peer the value last seen and since when, observed in the polls of slow waits.
   std::uint64_t beats = 0;

@@ -87,7 +87,10 @@ class shm {
         s_->view.abort(errc::aborted, "rank " + std::to_string(s_->rank) +
                                           " abandoned a message half sent or received");
       }
-      op_.reset();
+      if (op_ && op_->complete)
+        s_->give_op(std::move(op_));
+      else
+        op_.reset();  // withdrawn or abandoned: the channels may still know it; not reused
     }
     std::unique_ptr<detail::shm_op> op_;
     std::shared_ptr<detail::shm_state> s_;
@@ -150,7 +153,7 @@ class shm {
           [&] { detail::shm_poll(st, c, deadline, op->peer, ready); }, tune);
     }
     if (op->failed) throw error(errc::mismatch, c.name_str(), c.seq, st.rank, op->peer, op->error);
-    r.op_.reset();
+    st.give_op(std::move(r.op_));
   }
 
   /// Moves every posted message as far as it goes without waiting; true once `r` is done (as
@@ -165,7 +168,7 @@ class shm {
     }
     if (r.op_->failed)
       throw error(errc::mismatch, c.name_str(), c.seq, s_->rank, r.op_->peer, r.op_->error);
-    r.op_.reset();
+    s_->give_op(std::move(r.op_));
     return true;
   }
 
@@ -420,7 +423,7 @@ class shm {
       throw error(errc::aborted, c.name_str(), c.seq, rank(), peer,
                   "an earlier call abandoned a message: this communicator cannot send any more");
     request r;
-    r.op_ = std::make_unique<detail::shm_op>();
+    r.op_ = s_->take_op();
     r.op_->is_send = is_send;
     r.op_->sp = sp;
     r.op_->peer = peer;
