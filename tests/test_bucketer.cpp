@@ -455,7 +455,7 @@ TEST_CASE("broadcast_parameters: root's values everywhere, in several broadcasts
   auto check = [](auto& comm) {
     const int r = comm.rank();
     std::vector<float> w(37, static_cast<float>(r) + 0.5F);
-    std::vector<std::int64_t> steps(1, r * 1000);
+    std::vector<std::int64_t> steps(1, std::int64_t{r} * 1000);
     std::vector<double> none;
     std::vector<std::uint8_t> mask(5, static_cast<std::uint8_t>(r));
     const std::size_t small = 40;  // bytes per broadcast: w alone is 148, the rest share one
