@@ -26,6 +26,8 @@
 
 #include <tutti/tutti.hpp>
 
+#include "synthetic.hpp"
+
 namespace {
 
 constexpr std::size_t in_dim = 16, hidden = 64, out_dim = 4;
@@ -40,24 +42,10 @@ struct config {
   std::string save;
 };
 
-// Deterministic pseudo-random numbers in [-1, 1) from an index (SplitMix64).
-float noise(std::uint64_t i) {
-  std::uint64_t z = i + 0x9E3779B97F4A7C15ULL;
-  z = (z ^ (z >> 30U)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27U)) * 0x94D049BB133111EBULL;
-  z ^= z >> 31U;
-  return static_cast<float>(static_cast<double>(z >> 11U) * 0x1p-52 - 1.0);
-}
+float noise(std::uint64_t i) { return static_cast<float>(synthetic::noise(i)); }
 
-// The dataset: x uniform in [-1, 1)^16, y a fixed smooth function of x.
-void sample(std::size_t i, float* x, float* y) {
-  for (std::size_t k = 0; k < in_dim; ++k) x[k] = noise(i * in_dim + k);
-  for (std::size_t o = 0; o < out_dim; ++o) {
-    float s = 0;
-    for (std::size_t k = 0; k < in_dim; ++k) s += noise(1'000'003 + o * in_dim + k) * x[k];
-    y[o] = std::sin(s);
-  }
-}
+// Sample i of the synthetic dataset (examples/synthetic.hpp).
+void sample(std::size_t i, float* x, float* y) { synthetic::sample(i, in_dim, out_dim, x, y); }
 
 // Parameters in forward order: W1 b1 W2 b2 W3 b3 (row-major, out x in).
 struct shapes {
@@ -250,8 +238,7 @@ int compare(const char* a_path, const char* b_path) {
   }
   double worst = 0;
   for (std::size_t i = 0; i < a->size(); ++i) {
-    const double scale = std::max({std::fabs((*a)[i]), std::fabs((*b)[i]), 1e-3});
-    worst = std::max(worst, std::fabs((*a)[i] - (*b)[i]) / scale);
+    worst = std::max(worst, synthetic::relative_difference((*a)[i], (*b)[i]));
   }
   const bool ok = worst <= 1e-5;
   std::printf("%s vs %s: %zu weights, largest relative difference %.3g: %s\n", a_path, b_path,

@@ -29,6 +29,8 @@
 
 #include <tutti/tutti.hpp>
 
+#include "synthetic.hpp"
+
 namespace {
 
 using real = double;
@@ -36,24 +38,10 @@ constexpr std::size_t in_dim = 16, out_dim = 4;
 constexpr std::size_t widths[5] = {in_dim, 32, 32, 24, out_dim};  // layer l: widths[l] -> [l+1]
 constexpr std::size_t layers = 4;
 
-// Deterministic pseudo-random numbers in [-1, 1) from an index (SplitMix64).
-real noise(std::uint64_t i) {
-  std::uint64_t z = i + 0x9E3779B97F4A7C15ULL;
-  z = (z ^ (z >> 30U)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27U)) * 0x94D049BB133111EBULL;
-  z ^= z >> 31U;
-  return static_cast<double>(z >> 11U) * 0x1p-52 - 1.0;
-}
+using synthetic::noise;
 
-// Sample i: x uniform in [-1, 1)^in_dim, y a fixed smooth function of x.
-void sample(std::size_t i, real* x, real* y) {
-  for (std::size_t k = 0; k < in_dim; ++k) x[k] = noise(i * in_dim + k);
-  for (std::size_t o = 0; o < out_dim; ++o) {
-    real s = 0;
-    for (std::size_t k = 0; k < in_dim; ++k) s += noise(1'000'003 + o * in_dim + k) * x[k];
-    y[o] = std::sin(s);
-  }
-}
+// Sample i of the synthetic dataset (examples/synthetic.hpp).
+void sample(std::size_t i, real* x, real* y) { synthetic::sample(i, in_dim, out_dim, x, y); }
 
 // One dense layer, out = f(W in + b), f = tanh except on the last layer.
 struct layer {
@@ -242,8 +230,7 @@ int train(Comm& comm, const config& c) {
   for (const auto& part : all) got.insert(got.end(), part.begin(), part.end());
   double worst = got.size() == want.size() ? 0.0 : 1.0;
   for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
-    const double scale = std::max({std::fabs(got[i]), std::fabs(want[i]), 1e-3});
-    worst = std::max(worst, std::fabs(got[i] - want[i]) / scale);
+    worst = std::max(worst, synthetic::relative_difference(got[i], want[i]));
   }
   const bool ok = worst <= 1e-9;
   std::printf(

@@ -28,27 +28,17 @@
 
 #include <tutti/tutti.hpp>
 
+#include "synthetic.hpp"
+
 namespace {
 
 using real = double;
 constexpr std::size_t in_dim = 16, hidden = 32, out_dim = 8;
 
-real noise(std::uint64_t i) {  // deterministic, in [-1, 1) (SplitMix64)
-  std::uint64_t z = i + 0x9E3779B97F4A7C15ULL;
-  z = (z ^ (z >> 30U)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27U)) * 0x94D049BB133111EBULL;
-  z ^= z >> 31U;
-  return static_cast<double>(z >> 11U) * 0x1p-52 - 1.0;
-}
+using synthetic::noise;
 
-void sample(std::size_t i, real* x, real* y) {
-  for (std::size_t k = 0; k < in_dim; ++k) x[k] = noise(i * in_dim + k);
-  for (std::size_t o = 0; o < out_dim; ++o) {
-    real s = 0;
-    for (std::size_t k = 0; k < in_dim; ++k) s += noise(1'000'003 + o * in_dim + k) * x[k];
-    y[o] = std::sin(s);
-  }
-}
+// Sample i of the synthetic dataset (examples/synthetic.hpp).
+void sample(std::size_t i, real* x, real* y) { synthetic::sample(i, in_dim, out_dim, x, y); }
 
 // Row-major n x m matrices.
 using matrix = std::vector<real>;
@@ -200,8 +190,7 @@ class powersgd_hook {
       for (real& e : qm) e /= p;
       const matrix want = times(pm, transpose(qm, m, r), n, r, m);
       for (std::size_t i = 0; i < want.size(); ++i) {
-        const double scale = std::max({std::fabs(want[i]), std::fabs(mhat[i]), 1e-6});
-        worst = std::max(worst, std::fabs(want[i] - mhat[i]) / scale);
+        worst = std::max(worst, synthetic::relative_difference(want[i], mhat[i], 1e-6));
       }
       ++checked;
     }

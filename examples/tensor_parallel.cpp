@@ -27,6 +27,8 @@
 
 #include <tutti/tutti.hpp>
 
+#include "synthetic.hpp"
+
 namespace {
 
 constexpr std::size_t in_dim = 16, hidden = 32, out_dim = 4;
@@ -34,24 +36,10 @@ constexpr std::size_t in_dim = 16, hidden = 32, out_dim = 4;
 // different order of the same sums), not real rounding compounded over the steps.
 using real = double;
 
-// Deterministic pseudo-random numbers in [-1, 1) from an index (SplitMix64).
-real noise(std::uint64_t i) {
-  std::uint64_t z = i + 0x9E3779B97F4A7C15ULL;
-  z = (z ^ (z >> 30U)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27U)) * 0x94D049BB133111EBULL;
-  z ^= z >> 31U;
-  return static_cast<double>(z >> 11U) * 0x1p-52 - 1.0;
-}
+using synthetic::noise;
 
-// Sample i: x uniform in [-1, 1)^in_dim, y a fixed smooth function of x.
-void sample(std::size_t i, real* x, real* y) {
-  for (std::size_t k = 0; k < in_dim; ++k) x[k] = noise(i * in_dim + k);
-  for (std::size_t o = 0; o < out_dim; ++o) {
-    real s = 0;
-    for (std::size_t k = 0; k < in_dim; ++k) s += noise(1'000'003 + o * in_dim + k) * x[k];
-    y[o] = std::sin(s);
-  }
-}
+// Sample i of the synthetic dataset (examples/synthetic.hpp).
+void sample(std::size_t i, real* x, real* y) { synthetic::sample(i, in_dim, out_dim, x, y); }
 
 // The hidden units [first, first + n) of the model: W1 rows (n x in_dim), b1 (n), W2 columns
 // (out_dim x n), and b2 (out_dim). The whole model is the slice with first 0, n hidden.
@@ -213,9 +201,7 @@ int train(Comm& world, const config& c) {
       replicas_agree = false;
     std::size_t at = 0;
     auto against = [&](real got, real want) {
-      const double scale = std::max(
-          {std::fabs(static_cast<double>(got)), std::fabs(static_cast<double>(want)), 1e-3});
-      worst = std::max(worst, std::fabs(static_cast<double>(got) - want) / scale);
+      worst = std::max(worst, synthetic::relative_difference(got, want));
     };
     for (std::size_t j = 0; j < per; ++j)
       for (std::size_t k = 0; k < in_dim; ++k)

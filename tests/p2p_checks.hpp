@@ -5,17 +5,26 @@
 // receiver, tag, index), so a message that lands in the wrong buffer, out of order or short
 // gives wrong numbers. Each check returns "" or what went wrong on this rank.
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <doctest/doctest.h>
+
 #include <tutti/communicator.hpp>
 #include <tutti/core/error.hpp>
 #include <tutti/core/ops.hpp>
 #include <tutti/work.hpp>
+
+#include "fork_ranks.hpp"
 
 namespace p2p_checks {
 
@@ -279,6 +288,35 @@ std::string objects(Comm& comm) {
         "rank " + std::to_string(q) + std::string(static_cast<std::size_t>(q) * 1000, '!'))
       return "gather_object: rank " + std::to_string(q);
   return {};
+}
+
+/// Rank 1 of 2 is killed after a barrier while rank 0 waits for its message (by polling done()
+/// when `poll`, else wait()): rank 0 must raise peer_lost naming rank 1 well before the 30 s
+/// timeout. `join(rank, size, options)` makes each rank's communicator. Run inside a test case.
+template <class Join>
+void check_killed_peer(Join&& join, bool poll) {
+  tutti::options opts;
+  opts.timeout = std::chrono::seconds(30);
+  const auto status = fork_ranks::run_ranks(2, [&](int r) {
+    auto comm = join(r, 2, opts);
+    comm.barrier();
+    if (r == 1) ::kill(::getpid(), SIGKILL);
+    std::vector<int> v(16);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      auto w = comm.irecv(std::span<int>(v), 1);
+      while (poll && !w.done()) {
+      }
+      w.wait();
+      return 2;
+    } catch (const tutti::error& e) {
+      if (std::chrono::steady_clock::now() - start >= opts.timeout) return 3;  // not the death
+      if (e.code() != tutti::errc::peer_lost) std::fprintf(stderr, "%s\n", e.what());
+      return e.code() == tutti::errc::peer_lost && e.peer() == 1 ? 0 : 4;
+    }
+  });
+  CHECK(fork_ranks::exited_with(status[0], 0));
+  CHECK(WIFSIGNALED(status[1]));
 }
 
 /// Every check above, in an order every rank follows.

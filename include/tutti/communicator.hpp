@@ -341,13 +341,11 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   /// in posting order. Blocks until `data` may be reused; takes no sequence number.
   template <detail::buffer Buf>
   void send(Buf data, int dst, std::uint64_t tag = 0, stream_type stream = {}) {
-    this->p2p_impl(detail::collective::send, std::as_bytes(view(data)), {}, dst, tag,
-                   dtype_of<detail::value_of<Buf>>, handle(stream));
+    this->p2p_impl(outgoing(data, dst, tag), handle(stream));
   }
   template <detail::writable_buffer Buf>
   void recv(Buf data, int src, std::uint64_t tag = 0, stream_type stream = {}) {
-    this->p2p_impl(detail::collective::recv, {}, std::as_writable_bytes(view(data)), src, tag,
-                   dtype_of<detail::value_of<Buf>>, handle(stream));
+    this->p2p_impl(incoming(data, src, tag), handle(stream));
   }
 
   // ---- payloads whose size only the sender knows (host memory) -----------------------------
@@ -389,15 +387,13 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   /// each isend before they irecv must put both in one batch() there.
   template <detail::buffer Buf>
   [[nodiscard]] work isend(Buf data, int dst, std::uint64_t tag = 0, stream_type stream = {}) {
-    const detail::p2p_msg m{true, std::as_bytes(view(data)),      {}, dst,
-                            tag,  dtype_of<detail::value_of<Buf>>};
+    const detail::p2p_msg m = outgoing(data, dst, tag);
     return this->p2p_async(std::span<const detail::p2p_msg>(&m, 1), handle(stream));
   }
   /// Posts a receive into `data` from `src` and returns at once (MPI_Irecv, torch's irecv).
   template <detail::writable_buffer Buf>
   [[nodiscard]] work irecv(Buf data, int src, std::uint64_t tag = 0, stream_type stream = {}) {
-    const detail::p2p_msg m{false, {},  std::as_writable_bytes(view(data)),
-                            src,   tag, dtype_of<detail::value_of<Buf>>};
+    const detail::p2p_msg m = incoming(data, src, tag);
     return this->p2p_async(std::span<const detail::p2p_msg>(&m, 1), handle(stream));
   }
 
@@ -409,18 +405,12 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
    public:
     template <detail::buffer Buf>
     batch_builder& send(Buf data, int dst, std::uint64_t tag = 0) {
-      msgs_.push_back(
-          {true, std::as_bytes(view(data)), {}, dst, tag, dtype_of<detail::value_of<Buf>>});
+      msgs_.push_back(outgoing(data, dst, tag));
       return *this;
     }
     template <detail::writable_buffer Buf>
     batch_builder& recv(Buf data, int src, std::uint64_t tag = 0) {
-      msgs_.push_back({false,
-                       {},
-                       std::as_writable_bytes(view(data)),
-                       src,
-                       tag,
-                       dtype_of<detail::value_of<Buf>>});
+      msgs_.push_back(incoming(data, src, tag));
       return *this;
     }
     /// Posts every message; the work is done once all are. An empty batch is done at once.
@@ -483,6 +473,16 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
     return detail::view<memory_space>(in);
   }
   static void* handle(stream_type s) noexcept { return detail::stream_handle(s); }
+  /// A point-to-point message of `data` to or from `peer`.
+  template <class B>
+  static detail::p2p_msg outgoing(B data, int peer, std::uint64_t tag) noexcept {
+    return {true, std::as_bytes(view(data)), {}, peer, tag, dtype_of<detail::value_of<B>>};
+  }
+  template <class B>
+  static detail::p2p_msg incoming(B data, int peer, std::uint64_t tag) noexcept {
+    return {false, {},  std::as_writable_bytes(view(data)),
+            peer,  tag, dtype_of<detail::value_of<B>>};
+  }
   static constexpr auto all_gatherv_k = detail::collective::all_gatherv;
   static constexpr auto gatherv_k = detail::collective::gatherv;
   static constexpr auto scatterv_k = detail::collective::scatterv;

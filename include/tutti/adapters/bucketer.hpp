@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "tutti/adapters/bucket_options.hpp"
 #include "tutti/core/bfloat16.hpp"
 #include "tutti/core/device_span.hpp"
 #include "tutti/core/error.hpp"
@@ -27,191 +28,12 @@
 #include "tutti/core/options.hpp"
 #include "tutti/core/reduce.hpp"
 #include "tutti/core/types.hpp"
+#include "tutti/detail/bucket_layout.hpp"
 #include "tutti/detail/bucket_memory.hpp"
 #include "tutti/transport/concepts.hpp"
 #include "tutti/work.hpp"
 
 namespace tutti::inline v0 {
-
-/// Built-in communication hooks: all-reduce float buckets (float, double, long double) in a
-/// 16-bit type, halving (or quartering) the bytes moved. Other buckets are not affected.
-enum class compression : std::uint8_t { none, fp16, bf16 };
-
-/// One bucket as hooks see it: its flat buffer, in the bucket's element type.
-struct bucket_view {
-  std::size_t index = 0;         ///< position in launch order (0 is all-reduced first)
-  std::size_t bucket_count = 0;  ///< buckets in the layout
-  dtype type = dtype::float32;
-  std::size_t count = 0;  ///< elements in the bucket
-  void* data = nullptr;
-  std::span<const std::size_t> gradients;  ///< the gradients it holds, in buffer order
-
-  [[nodiscard]] bool is_last() const noexcept { return index + 1 == bucket_count; }
-  /// The buffer as `T`s. \throws tutti::error(errc::invalid_argument) if T is not its type.
-  template <element T>
-  [[nodiscard]] std::span<T> as() const {
-    if (dtype_of<T> != type)
-      throw error(errc::invalid_argument, "", 0, -1, -1,
-                  "bucket_view::as: bucket " + std::to_string(index) + " holds " +
-                      std::string(name(type)) + ", not " + std::string(name(dtype_of<T>)));
-    return {static_cast<T*>(data), count};
-  }
-  /// The buffer as device memory, for hooks of a bucketer over a device communicator
-  /// (tutti::nccl), whose buckets live on the GPU. \throws as as().
-  template <element T>
-  [[nodiscard]] device_span<T> on_device() const {
-    const auto host = as<T>();
-    return {host.data(), host.size()};
-  }
-};
-
-/// A user hook on a bucket; runs on the thread that calls mark_ready() or finish().
-using bucket_hook = std::function<void(const bucket_view&)>;
-
-struct bucketer_options {
-  /// Capacity of each element type's first bucket (DDP: 1 MiB) and of the later ones (DDP:
-  /// 25 MiB). A bucket closes once it holds at least its capacity; a gradient is never split,
-  /// so a bucket may hold more.
-  std::size_t first_bucket_bytes = std::size_t{1} << 20;
-  std::size_t bucket_bytes = std::size_t{25} << 20;
-  /// Average over the ranks (true) or sum (false). 16-bit types and compressed buckets are
-  /// divided before the all_reduce, so the sum cannot overflow; the others all_reduce with
-  /// tutti::avg (integer types: integer division of the sum).
-  bool average = true;
-  /// After the first synchronised iteration, rebuild the buckets once in the order gradients
-  /// became ready — rank 0's order, on every rank (DDP's bucket rebuild). Owned gradient views
-  /// move then: take them again with gradient<T>(i) after that finish().
-  bool rebuild_from_ready_order = false;
-  compression compress = compression::none;
-  /// Runs on a bucket's local data (gradients copied in, unused ones zeroed) before it is
-  /// divided, compressed and all-reduced.
-  bucket_hook before_all_reduce{};
-  /// Runs on the bucket's result (all-reduced, averaged, decompressed) before write-back.
-  bucket_hook after_all_reduce{};
-  /// Replaces a bucket's all-reduce (DDP's register_comm_hook): called with the bucket's local
-  /// data (after before_all_reduce) when the bucket is due, it reduces the bucket in place
-  /// through any calls of the communicator it captured and returns their work (or an empty
-  /// one once done); finish() waits for it, then runs after_all_reduce and writes back. The
-  /// bucketer then neither divides nor compresses: the hook owns averaging, as DDP's do.
-  /// Every rank runs the same collectives in it, in bucket order. examples/powersgd.cpp is one.
-  std::function<tutti::work(const bucket_view&)> all_reduce_hook{};
-  /// Uneven inputs (torch's Join): every synchronised iteration starts with a small
-  /// all-reduce that counts the ranks still training; a rank out of data calls join(), which
-  /// shadows the others' iterations with zeros until every rank has joined. Averages divide
-  /// by the ranks that contributed, not by the world size.
-  bool uneven_inputs = false;
-};
-
-/// How a join() ended (bucketer::join).
-struct join_result {
-  std::size_t shadowed = 0;  ///< iterations of other ranks this rank shadowed with zeros
-  /// The highest rank among those that trained in the last iteration any rank trained in (-1
-  /// when no rank trained after this one joined... and none before): its parameters are the
-  /// ones to broadcast so that every rank ends with the same model (torch's last joiner).
-  int last_joiner = -1;
-};
-
-/// One bucket of a layout.
-struct bucket_info {
-  dtype type = dtype::float32;
-  std::size_t count = 0;  ///< elements
-  std::size_t bytes = 0;
-  std::vector<std::size_t> gradients;  ///< in buffer order
-};
-
-namespace detail {
-
-/// DDP's compute_bucket_assignment_by_size: walks `order` (gradient indices), keeping one open
-/// bucket per element type; appends each gradient to its type's bucket and closes the bucket
-/// once it holds >= its limit (the type's first bucket `limits[0]`, later ones the next limit,
-/// the last repeating). Open buckets are flushed at the end, in order of their types' first
-/// appearance. With `sort`, buckets are ordered by the position of their first gradient in
-/// `order` (DDP's construction); without, they stay in closing order (DDP's rebuild).
-[[nodiscard]] inline std::vector<std::vector<std::size_t>> assign_buckets(
-    std::span<const std::size_t> order, std::span<const dtype> types,
-    std::span<const std::size_t> bytes, std::span<const std::size_t> limits, bool sort) {
-  struct open_bucket {
-    dtype type;
-    std::vector<std::size_t> members;
-    std::size_t size = 0;
-    std::size_t limit = 0;  // index into limits
-  };
-  std::vector<open_bucket> open;  // one per type, in order of first appearance
-  std::vector<std::vector<std::size_t>> out;
-  for (const std::size_t g : order) {
-    auto it = std::find_if(open.begin(), open.end(),
-                           [&](const open_bucket& b) { return b.type == types[g]; });
-    if (it == open.end()) it = open.insert(open.end(), open_bucket{types[g], {}, 0, 0});
-    it->members.push_back(g);
-    it->size += bytes[g];
-    if (it->size >= limits[std::min(it->limit, limits.size() - 1)]) {
-      out.push_back(std::move(it->members));
-      it->members.clear();
-      it->size = 0;
-      ++it->limit;
-    }
-  }
-  for (open_bucket& b : open)
-    if (!b.members.empty()) out.push_back(std::move(b.members));
-  if (sort) {
-    std::vector<std::size_t> position(types.size());
-    for (std::size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
-    std::stable_sort(out.begin(), out.end(), [&](const auto& a, const auto& b) {
-      return position[a.front()] < position[b.front()];
-    });
-  }
-  return out;
-}
-
-/// Calls f.template operator()<T>() with the C++ type of a reducible-by-sum dtype.
-template <class F>
-decltype(auto) visit_sum_type(dtype t, F&& f) {
-  switch (t) {
-    case dtype::int8:
-      return f.template operator()<std::int8_t>();
-    case dtype::uint8:
-      return f.template operator()<std::uint8_t>();
-    case dtype::int16:
-      return f.template operator()<std::int16_t>();
-    case dtype::uint16:
-      return f.template operator()<std::uint16_t>();
-    case dtype::int32:
-      return f.template operator()<std::int32_t>();
-    case dtype::uint32:
-      return f.template operator()<std::uint32_t>();
-    case dtype::int64:
-      return f.template operator()<std::int64_t>();
-    case dtype::uint64:
-      return f.template operator()<std::uint64_t>();
-    case dtype::float16:
-      return f.template operator()<half>();
-    case dtype::bfloat16:
-      return f.template operator()<bfloat16>();
-    case dtype::float32:
-      return f.template operator()<float>();
-    case dtype::float64:
-      return f.template operator()<double>();
-    case dtype::float128:
-      return f.template operator()<long double>();
-    case dtype::boolean:
-    case dtype::character:
-      break;
-  }
-  throw error(errc::invalid_argument, "", 0, -1, -1,
-              "bucketer: element type " + std::string(name(t)) + " cannot be summed");
-}
-
-// float/double/long double <-> 16-bit, nearest-even (doubles convert directly, not via float).
-template <class W, class T>
-void compress_into(W* dst, const T* src, std::size_t n) noexcept {
-  for (std::size_t i = 0; i < n; ++i) dst[i] = W(static_cast<double>(src[i]));
-}
-template <class T, class W>
-void decompress_into(T* dst, const W* src, std::size_t n) noexcept {
-  for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(static_cast<double>(src[i]));
-}
-
-}  // namespace detail
 
 /// Gradient bucketing over a communicator `Comm` (any tutti::communicator), with DDP's Reducer
 /// semantics (reference: torch DistributedDataParallel):

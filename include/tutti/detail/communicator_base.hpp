@@ -3,8 +3,6 @@
 /// The machinery behind tutti::communicator: argument checks, sequence numbers, fingerprints,
 /// dispatch to the algorithm policy, avg's final division, async execution in issue order.
 
-#include <algorithm>
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -22,23 +20,13 @@
 #include "tutti/detail/algo_table.hpp"
 #include "tutti/detail/call.hpp"
 #include "tutti/detail/communicator_buffers.hpp"
+#include "tutti/detail/communicator_p2p.hpp"
 #include "tutti/detail/context.hpp"
 #include "tutti/detail/policy_traits.hpp"
 #include "tutti/detail/progress.hpp"
 #include "tutti/work.hpp"
 
 namespace tutti::inline v0::detail {
-
-/// One message of a non-blocking point-to-point call or batch (communicator::isend, irecv,
-/// batch): a send of `out` to `peer`, or a receive into `in` from it.
-struct p2p_msg {
-  bool is_send = true;
-  std::span<const std::byte> out;
-  std::span<std::byte> in;
-  int peer = -1;
-  std::uint64_t tag = 0;
-  dtype type = dtype::uint8;
-};
 
 template <class Transport, class Algorithm>
 class communicator_base {
@@ -179,74 +167,60 @@ class communicator_base {
     });
   }
 
-  void p2p_impl(collective kind, std::span<const std::byte> out, std::span<std::byte> in, int peer,
-                std::uint64_t tag, dtype type, void* stream = nullptr) {
-    state& s = *s_;
-    s.queue.drain();
+  /// The call of one point-to-point message, after the checks that refuse it before anything
+  /// moves. Point-to-point calls carry the last collective's number and are matched by tag.
+  [[nodiscard]] call p2p_call(const p2p_msg& m, void* stream) const {
+    const state& s = *s_;
     call c;
-    c.fp = fingerprint{kind, type, op_kind::none, -1, (out.size() + in.size())};
-    c.seq = s.seq;  // point-to-point calls do not take a collective sequence number
+    c.fp = fingerprint{m.is_send ? collective::send : collective::recv, m.type, op_kind::none, -1,
+                       m.out.size() + m.in.size()};
+    c.seq = s.seq;
     c.stream = stream;
     if (!s.broken.empty())
       throw error(errc::aborted, c.name_str(), c.seq, rank(), s.broken_peer, s.broken);
-    if (peer < 0 || peer >= size() || peer == rank())
-      throw error(errc::invalid_argument, c.name_str(), c.seq, rank(), peer,
+    if (m.peer < 0 || m.peer >= size() || m.peer == rank())
+      throw error(errc::invalid_argument, c.name_str(), c.seq, rank(), m.peer,
                   "peer must be another rank in [0, " + std::to_string(size()) + ")");
+    return c;
+  }
+
+  /// A blocking send or receive (after queued async collectives). Its errors are its own: they
+  /// do not break the communicator (the transport aborts the world where they leave it unusable).
+  void p2p_impl(const p2p_msg& m, void* stream = nullptr) {
+    state& s = *s_;
+    s.queue.drain();
+    const call c = p2p_call(m, stream);
     const auto deadline = clock::now() + s.opts.timeout;
-    auto req = kind == collective::send ? s.t.isend(peer, out, c, space::p2p, tag)
-                                        : s.t.irecv(peer, in, c, space::p2p, tag);
+    auto req = m.is_send ? s.t.isend(m.peer, m.out, c, space::p2p, m.tag)
+                         : s.t.irecv(m.peer, m.in, c, space::p2p, m.tag);
     s.t.wait(req, c, deadline);
   }
 
   /// Posts every message of `msgs` now, on this thread (after queued async collectives), and
   /// returns one handle for all of them. Nothing waits before every message is posted, so no
   /// order of posting on the ranks can deadlock. On host memory the messages move whenever
-  /// this rank waits (for them or for any other call of this communicator) or polls done();
-  /// on a device transport they are issued in one NCCL group on the stream.
+  /// this rank waits (for them or for any other call of this communicator) or polls done()
+  /// (detail/communicator_p2p.hpp); on a device transport they are issued in one NCCL group.
   work p2p_async(std::span<const p2p_msg> msgs, void* stream = nullptr) {
     state& s = *s_;
     s.queue.drain();
     if (msgs.empty()) return {};
-    auto op = std::make_shared<p2p_op>();
-    op->size(msgs.size());  // requests may refer to their calls: no reallocation after
-    for (std::size_t i = 0; i < msgs.size(); ++i) {
-      const auto& m = msgs[i];
-      call c;
-      c.fp = fingerprint{m.is_send ? collective::send : collective::recv, m.type, op_kind::none, -1,
-                         m.out.size() + m.in.size()};
-      c.seq = s.seq;  // point-to-point calls do not take a collective sequence number
-      c.stream = stream;
-      if (!s.broken.empty())
-        throw error(errc::aborted, c.name_str(), c.seq, rank(), s.broken_peer, s.broken);
-      if (m.peer < 0 || m.peer >= size() || m.peer == rank())
-        throw error(errc::invalid_argument, c.name_str(), c.seq, rank(), m.peer,
-                    "peer must be another rank in [0, " + std::to_string(size()) + ")");
-      op->at(i).c = c;
-    }
-    op->deadline = clock::now() + s.opts.timeout;
-    // As for send and recv, an error here is the call's own: it does not break the
-    // communicator (the transport aborts the world where the error leaves it unusable).
-    for (std::size_t i = 0; i < msgs.size(); ++i) {
-      const auto& m = msgs[i];
-      auto& mine = op->at(i);
-      mine.r = m.is_send ? s.t.isend(m.peer, m.out, mine.c, space::p2p, m.tag)
-                         : s.t.irecv(m.peer, m.in, mine.c, space::p2p, m.tag);
-    }
+    const auto deadline = clock::now() + s.opts.timeout;
+    const auto call_of = [&](const p2p_msg& m) { return p2p_call(m, stream); };
     if constexpr (device_transport<Transport>) {
-      const call& c = op->at(msgs.size() - 1).c;
-      s.t.flush(c, op->deadline);
+      std::vector<call> calls;  // every message checked before any is queued
+      for (const p2p_msg& m : msgs) calls.push_back(call_of(m));
+      for (std::size_t i = 0; i < msgs.size(); ++i) {  // queued: issued together by flush
+        const p2p_msg& m = msgs[i];
+        (void)(m.is_send ? s.t.isend(m.peer, m.out, calls[i], space::p2p, m.tag)
+                         : s.t.irecv(m.peer, m.in, calls[i], space::p2p, m.tag));
+      }
+      const call& c = calls.back();
+      s.t.flush(c, deadline);
       auto ev = s.t.record(c);
-      return work(s.queue.push([sp = &s, ev, c, d = op->deadline] { sp->t.complete(ev, c, d); }));
+      return work(s.queue.push([sp = &s, ev, c, deadline] { sp->t.complete(ev, c, deadline); }));
     } else {
-      op->s = &s;
-      op->ws.drive = [](void* o, bool block) noexcept {
-        auto* p = static_cast<p2p_op*>(o);
-        if (p->s != nullptr) advance(*p->s, *p, block);
-      };
-      op->ws.drive_ctx = op.get();
-      std::shared_ptr<work_state> ws(op, &op->ws);  // the handle keeps the op alive
-      s.p2p.push_back(std::move(op));
-      return work(std::move(ws));
+      return s.p2p.post(msgs, call_of, deadline);
     }
   }
 
@@ -259,53 +233,11 @@ class communicator_base {
   }
 
  private:
-  /// The messages of one isend, irecv or batch, and its handle's state (one allocation; the
-  /// work aliases it). The communicator lists it until it is done; `s` is null once the
-  /// communicator is gone.
-  struct state;
-  struct p2p_op {
-    struct msg {
-      call c;
-      typename Transport::request r;
-    };
-    work_state ws;
-    state* s = nullptr;
-    std::array<msg, 2> few;  // an isend or irecv, or a pair, need no allocation of their own
-    std::vector<msg> many;   // larger batches
-    std::size_t count = 0;
-    std::size_t next = 0;  // messages before it are done
-
-    void size(std::size_t n) {
-      count = n;
-      if (n > few.size()) many.resize(n);
-    }
-    msg& at(std::size_t i) { return count > few.size() ? many[i] : few[i]; }
-    void withdraw() {  // destroys every request: a pending one withdraws its message
-      for (auto& m : few) m.r = {};
-      many.clear();
-    }
-    clock::time_point deadline;
-  };
-
   struct state {
     state(Transport tr, const options& o)
         : t(std::move(tr)), opts(o), overrides(overrides_for<Algorithm>(o.algo)) {}
     state(const state&) = delete;
     state& operator=(const state&) = delete;
-    /// Point-to-point messages still pending fail (and are withdrawn) rather than wait: their
-    /// peers may never post theirs.
-    ~state() {
-      queue.drain();
-      for (auto& op : p2p) {
-        const call& c = op->at(op->next).c;
-        op->s = nullptr;
-        op->ws.complete(std::make_exception_ptr(
-            error(errc::aborted, c.name_str(), c.seq, t.rank(), -1,
-                  "the communicator was destroyed before this message was done")));
-        op->withdraw();
-      }
-      p2p.clear();
-    }
     Transport t;
     options opts;
     algo_table overrides;
@@ -313,42 +245,9 @@ class communicator_base {
     std::uint64_t seq = 0;
     std::string broken;    // why the communicator can no longer be used; "" while healthy
     int broken_peer = -1;  // the peer the error that broke it named: later calls name it too
-    std::vector<std::shared_ptr<p2p_op>> p2p;  // pending non-blocking point-to-point calls
+    p2p_pending<Transport> p2p{t, queue};  // isend/irecv/batch not yet done (host transports)
     progress_queue queue;  // last: destroyed (and joined) first, while the rest still lives
   };
-
-  /// Moves `op`'s messages on (until they are done, if `block`), completing its work once all
-  /// are done or one failed. Only where the progress thread is idle: it may be inside the
-  /// transport otherwise (a blocking advance waits for it).
-  static void advance(state& s, p2p_op& op, bool block) noexcept {
-    std::exception_ptr failed;
-    try {
-      if (block)
-        s.queue.drain();
-      else if (!s.queue.idle())
-        return;
-      for (; op.next < op.count; ++op.next) {
-        auto& r = op.at(op.next).r;
-        const call& c = op.at(op.next).c;
-        if (block) {
-          s.t.wait(r, c, op.deadline);
-        } else if constexpr (requires { s.t.test(r, c, op.deadline); }) {
-          if (!s.t.test(r, c, op.deadline)) return;
-        } else {
-          return;  // a transport without test(): done once waited for
-        }
-      }
-    } catch (...) {
-      failed = std::current_exception();
-    }
-    op.ws.complete(failed);
-    const auto it =
-        std::find_if(s.p2p.begin(), s.p2p.end(), [&](const auto& o) { return o.get() == &op; });
-    if (it != s.p2p.end()) {
-      *it = std::move(s.p2p.back());
-      s.p2p.pop_back();  // may destroy op: the caller holds it
-    }
-  }
 
   struct call_spec {
     fingerprint fp;
