@@ -121,6 +121,52 @@ std::string tags_out_of_order(Comm& comm) {
   return compare(second, 0, 1, 8, "second on tag 9");
 }
 
+/// Byte messages of every size from 0 to 40 (shm carries up to 32 inside a frame's header),
+/// rank 0 to rank 1, each on its own tag: first into receives posted before anything is sent,
+/// then sent before any receive is posted (buffered by the receiver) and received in reverse.
+template <class Comm>
+std::string small_sizes(Comm& comm) {
+  if (comm.size() < 2 || comm.rank() > 1) return {};
+  constexpr std::size_t largest = 40;
+  const auto byte = [](std::size_t n, std::size_t i, bool late) {
+    return static_cast<std::uint8_t>(n * 31 + i * 7 + (late ? 101 : 3));
+  };
+  std::uint8_t go = 1;
+  for (const bool late : {false, true}) {
+    const std::uint64_t sync = 100;
+    if (comm.rank() == 0) {
+      std::vector<std::vector<std::uint8_t>> out(largest + 1);
+      std::vector<tutti::work> ws;
+      if (!late) comm.recv(std::span<std::uint8_t>(&go, 1), 1, sync);
+      for (std::size_t n = 0; n <= largest; ++n) {
+        for (std::size_t i = 0; i < n; ++i) out[n].push_back(byte(n, i, late));
+        ws.push_back(comm.isend(std::span<const std::uint8_t>(out[n]), 1, n));
+      }
+      if (late) comm.send(std::span<const std::uint8_t>(&go, 1), 1, sync);
+      for (auto& w : ws) w.wait();
+      continue;
+    }
+    std::vector<std::vector<std::uint8_t>> in(largest + 1);
+    std::vector<tutti::work> ws(largest + 1);
+    if (late) comm.recv(std::span<std::uint8_t>(&go, 1), 0, sync);  // after every message
+    for (std::size_t k = 0; k <= largest; ++k) {
+      const std::size_t n = late ? largest - k : k;
+      in[n].assign(n, 0);
+      ws[n] = comm.irecv(std::span<std::uint8_t>(in[n]), 0, n);
+    }
+    if (!late) comm.send(std::span<const std::uint8_t>(&go, 1), 0, sync);
+    for (std::size_t n = 0; n <= largest; ++n) {
+      ws[n].wait();
+      for (std::size_t i = 0; i < n; ++i)
+        if (in[n][i] != byte(n, i, late))
+          return std::string("small sizes (") + (late ? "buffered" : "posted") +
+                 "): " + std::to_string(n) + "-byte message, byte " + std::to_string(i) + " is " +
+                 std::to_string(in[n][i]) + ", expected " + std::to_string(byte(n, i, late));
+    }
+  }
+  return {};
+}
+
 /// An all-to-all as one batch per rank: every rank sends to and receives from every other,
 /// each rank posting its messages in its own order (rotated, receives and sends interleaved
 /// differently), sizes from 0 to large. Then the same as separate isend/irecv, polled with
@@ -322,8 +368,9 @@ void check_killed_peer(Join&& join, bool poll) {
 /// Every check above, in an order every rank follows.
 template <class Comm>
 std::string all_checks(Comm& comm, std::size_t large) {
-  for (auto bad : {bad_arguments(comm), ring(comm, large), tags_out_of_order(comm),
-                   batch_all_to_all(comm, large), across_collectives(comm), objects(comm)})
+  for (auto bad :
+       {bad_arguments(comm), ring(comm, large), tags_out_of_order(comm), small_sizes(comm),
+        batch_all_to_all(comm, large), across_collectives(comm), objects(comm)})
     if (!bad.empty()) return bad;
   return {};
 }

@@ -25,10 +25,13 @@ struct work_state {
   void (*drive)(void* ctx, bool block) noexcept = nullptr;
   void* drive_ctx = nullptr;
 
-  void complete(std::exception_ptr e) noexcept {
+  /// Publishes the result and wakes waiters. A driven work is completed by the thread that
+  /// waits for it or polls it, so nobody sleeps on its bell: `wake` false skips the ring's
+  /// fence there.
+  void complete(std::exception_ptr e, bool wake = true) noexcept {
     error = std::move(e);
     finished.store(1, std::memory_order_release);
-    bell.ring(false);
+    if (wake) bell.ring(false);
   }
   [[nodiscard]] bool is_done() const noexcept {
     return finished.load(std::memory_order_acquire) != 0;

@@ -194,8 +194,8 @@ class shm_channels {
       shm_op* op = pr.sends.front();
       if (!op->started) {
         shm_frame f{
-            op->seq, op->fp.packed_head(), op->fp.count, op->tag, op->bytes, shm_frame::streamed, 0,
-            0};
+            op->tag, op->bytes, shm_frame::streamed, op->seq, op->fp.packed_head(), op->fp.count,
+            0,       0};
         const bool single = s == space::p2p && op->bytes >= shm_single_copy_min &&
                             ctl.single_copy.load(std::memory_order_relaxed) != 0;
         if (single) {  // the bytes stay where they are: done once the receiver has read them
@@ -210,10 +210,12 @@ class shm_channels {
           pr.acking.push_back(op);
           continue;
         }
-        if (op->bytes <= shm_frame::word_bytes) {  // in the header itself
+        if (op->bytes <= shm_frame::inline_max(s)) {  // in the header itself
           if (!fits(sizeof f)) break;
           f.address = shm_frame::whole;
-          if (op->bytes != 0) std::memcpy(&f.word, op->send_buf, op->bytes);
+          if (op->bytes != 0)
+            std::memcpy(reinterpret_cast<std::byte*>(&f) + shm_frame::inline_at(s), op->send_buf,
+                        op->bytes);
           put_header(ring, pr.head, f);
           pr.head += sizeof f;
           op->started = true;
@@ -283,9 +285,10 @@ class shm_channels {
           continue;
         }
         if (pr.frame.address == shm_frame::whole) {
-          if (pr.frame.bytes <= shm_frame::word_bytes) {
+          if (pr.frame.bytes <= shm_frame::inline_max(s)) {
             if (pr.frame.bytes != 0)
-              deliver(pr, reinterpret_cast<const std::byte*>(&pr.frame.word), pr.frame.bytes);
+              deliver(pr, reinterpret_cast<const std::byte*>(&pr.frame) + shm_frame::inline_at(s),
+                      pr.frame.bytes);
             pr.frame_moved = pr.frame.bytes;
             finish_frame(pr);
             continue;

@@ -61,7 +61,7 @@ struct shm_rank_block {
 
 struct shm_header {
   static constexpr std::uint64_t magic_value = 0x3169747475742d78ull;  // "x-tutti1"
-  static constexpr std::uint32_t layout_version = 4;
+  static constexpr std::uint32_t layout_version = 5;
 
   std::atomic<std::uint64_t> magic{0};  // stored last by the creator
   std::uint32_t version = 0;
@@ -85,25 +85,39 @@ struct shm_header {
 /// `head` (a line it would have to fetch from the producer for every message); stale bytes at
 /// that place hold another position's stamp, or payload. `address` says where the payload is:
 ///   shm_frame::streamed   it follows, written as the ring frees; the consumer watches `head`;
-///   shm_frame::whole      it follows, all written before the stamp; payloads of up to 8 bytes
-///                         ride in `word` instead, and nothing follows;
+///   shm_frame::whole      it follows, all written before the stamp; a payload of up to
+///                         `inline_max` bytes rides in the header instead, and nothing follows:
+///                         in `word` (8 bytes) in the collective space, and from `seq` to
+///                         `word` (32 bytes) in the point-to-point space, whose frames are
+///                         matched by tag and carry no call;
 ///   anything else         it is not in the ring: the receiver reads `bytes` at that address
 ///                         in the sender's memory (a single copy, detail/shm_channels.hpp).
 struct shm_frame {
   static constexpr std::uint64_t streamed = 0;
   static constexpr std::uint64_t whole = 1;
-  static constexpr std::size_t word_bytes = 8;
 
-  std::uint64_t seq;
-  std::uint64_t fp_head;
-  std::uint64_t fp_count;
   std::uint64_t tag;
   std::uint64_t bytes;
   std::uint64_t address;
+  std::uint64_t seq;      // collective frames: the call; these three and `word` are payload in
+  std::uint64_t fp_head;  // point-to-point frames of up to 32 bytes
+  std::uint64_t fp_count;
   std::uint64_t word;
   std::uint64_t stamp;
+
+  /// Where a payload that rides in the header starts, and how much fits, in space `s`.
+  [[nodiscard]] static constexpr std::size_t inline_at(space s) noexcept;
+  [[nodiscard]] static constexpr std::size_t inline_max(space s) noexcept;
 };
 static_assert(sizeof(shm_frame) == cache_line);
+constexpr std::size_t shm_frame::inline_at(space s) noexcept {
+  return s == space::p2p ? offsetof(shm_frame, seq) : offsetof(shm_frame, word);
+}
+constexpr std::size_t shm_frame::inline_max(space s) noexcept {
+  return offsetof(shm_frame, stamp) - inline_at(s);
+}
+static_assert(shm_frame::inline_max(space::p2p) == 32 &&
+              shm_frame::inline_max(space::collective) == 8);
 
 /// A cache line that carries its own ready flag: `tag` is the round it holds, stored (release)
 /// after the payload, so a reader that sees its round in `tag` sees the payload with it — one

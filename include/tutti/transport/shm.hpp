@@ -61,7 +61,8 @@ class shm {
                                     .segment_beta_us_per_byte = 1.0 / 8000.0};
 
   /// A posted send or receive; waited on with `shm::wait`. Destroyed unwaited, it withdraws
-  /// its message (a message already partly moved breaks the communicator's channels).
+  /// its message (a message already partly moved breaks the communicator's channels). A
+  /// pending request must not outlive the transport that posted it.
   class request {
    public:
     request() = default;
@@ -93,7 +94,9 @@ class shm {
         op_.reset();  // withdrawn or abandoned: the channels may still know it; not reused
     }
     std::unique_ptr<detail::shm_op> op_;
-    std::shared_ptr<detail::shm_state> s_;
+    // Not owning (a reference count would cost two atomic operations per message): whoever
+    // posts requests destroys the pending ones before the transport (the communicator does).
+    detail::shm_state* s_ = nullptr;
   };
 
   /// Joins the world whose segment `name` rank 0 created (rank 0: creates it). Prefer
@@ -430,7 +433,7 @@ class shm {
     r.op_->tag = tag;
     r.op_->seq = c.seq;
     r.op_->fp = c.fp;
-    r.s_ = s_;
+    r.s_ = s_.get();
     return r;
   }
 
