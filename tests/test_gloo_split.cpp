@@ -47,6 +47,13 @@ TEST_CASE("gloo split: every pattern, every collective on each child, single cop
         auto comm = tutti::communicator<tutti::gloo>::from_env();
         const std::string bad = split_checks::all_patterns(comm);
         if (!bad.empty()) std::fprintf(stderr, "%s\n", bad.c_str());
+        // A child counts its parent's ranks on this host among its own: they share the CPUs.
+        auto alone = comm.split(comm.rank(), 0);
+        if (alone->transport().host_ranks() != comm.size()) {
+          std::fprintf(stderr, "rank %d: a 1-rank child counts %d ranks on this host, not %d\n",
+                       comm.rank(), alone->transport().host_ranks(), comm.size());
+          return 3;
+        }
         return bad.empty() ? 0 : 1;
       });
       CHECK(rc == 0);

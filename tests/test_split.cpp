@@ -84,6 +84,10 @@ TEST_CASE("inproc split: nested splits, another policy, parent and child interle
       for (int q : half_members) want += q;
       if (mine[0] != want || all[0] != p * (p - 1) / 2) f.add("interleaved sums are wrong");
       f.add(check_child(*half, half_members));
+      // Children wait as crowded as the world they came from: its other threads still run.
+      if (comm.transport().machine_ranks() != p || half->transport().machine_ranks() != p ||
+          pair->transport().machine_ranks() != p)
+        f.add("a child's machine_ranks is not its parent's " + std::to_string(p));
     });
     CHECK(f.text == "");
   }
@@ -227,7 +231,11 @@ TEST_CASE("shm split: every pattern, world sizes 1-8, across processes") {
       auto comm = tutti::communicator<tutti::shm>::from_url(dir.url(), r, p);
       const std::string bad = all_patterns(comm);
       if (!bad.empty()) std::fprintf(stderr, "%s\n", bad.c_str());
-      // A 2x(p/2) mesh over shm too.
+      // Children wait as crowded as their parent: its other processes still run.
+      auto alone = comm.split(r, 0);
+      if (alone->transport().machine_ranks() != p) return 3;
+      auto nested = alone->split(0, 0);
+      if (nested->transport().machine_ranks() != p) return 4;
       if (p % 2 == 0) {
         tutti::mesh m(comm, {2, p / 2}, {"dp", "tp"});
         std::vector<int> v{r};

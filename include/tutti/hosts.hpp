@@ -59,8 +59,11 @@ template <class Local = void, class A = void, class Comm>
     plan.members = m.ranks_on(m.host);
     plan.rank = m.local_rank;
     plan.size = m.local_size;
-    return communicator<T, P>(
-        std::move(*T::join_split(plan, detail::exchange_over(comm), child_opts)), child_opts);
+    T child = std::move(*T::join_split(plan, detail::exchange_over(comm), child_opts));
+    // Ranks of other simulated hosts on this machine (network namespaces) share its CPUs.
+    if constexpr (requires(T& t) { t.share_machine(comm.transport().host_ranks()); })
+      child.share_machine(comm.transport().host_ranks());
+    return communicator<T, P>(std::move(child), child_opts);
   }
 }
 template <class Local = void, class A = void, class Comm>

@@ -3,6 +3,7 @@
 /// Shared state of an in-process world: per-rank doorbells and call boards, per-pair message
 /// channels, the abort flag, a barrier and the shared segment. Ranks are threads.
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -51,20 +52,26 @@ struct inproc_rank_state {
 
 class inproc_world {
  public:
-  explicit inproc_world(int n, std::size_t segment_bytes = std::size_t{1} << 20)
+  /// `machine_ranks`: threads of the process that share its CPUs, this world's among them
+  /// (a split's child: its parent's); the waits are tuned for that many.
+  explicit inproc_world(int n, std::size_t segment_bytes = std::size_t{1} << 20,
+                        int machine_ranks = 0)
       : n_(n),
+        machine_ranks_(std::max(n, machine_ranks)),
         ranks_(std::make_unique<inproc_rank_state[]>(static_cast<std::size_t>(n))),
         channels_(std::make_unique<inproc_channel[]>(2 * static_cast<std::size_t>(n) *
                                                      static_cast<std::size_t>(n))),
         segment_bytes_(segment_bytes),
         exited_(std::make_unique<std::atomic<bool>[]>(static_cast<std::size_t>(n))),
-        tuning_(wait_tuning::for_host(n)),
+        tuning_(wait_tuning::for_host(machine_ranks_)),
         segments_(static_cast<std::size_t>(n)) {
     // Default-initialised (not zeroed): pages are touched only when a direct algorithm uses them.
     for (auto& seg : segments_) seg.reset(new std::byte[segment_bytes_]);
   }
 
   [[nodiscard]] int size() const noexcept { return n_; }
+  /// The ranks whose waits share the CPUs with this world's (see the constructor).
+  [[nodiscard]] int machine_ranks() const noexcept { return machine_ranks_; }
   /// How waits spin: barely at all when ranks outnumber hardware threads, where spinning only
   /// delays the rank that would make progress on this core.
   [[nodiscard]] const wait_tuning& tuning() const noexcept { return tuning_; }
@@ -183,7 +190,8 @@ class inproc_world {
     auto& entry = forming_[{id, color}];
     if (!entry.world) {
       entry.world =
-          std::make_shared<inproc_world>(static_cast<int>(members.size()), segment_bytes_);
+          std::make_shared<inproc_world>(static_cast<int>(members.size()), segment_bytes_,
+                                         machine_ranks_);  // the parent's threads still run
       children_.push_back({entry.world, members});
       for (std::size_t i = 0; i < members.size(); ++i)
         if (exited(members[i])) entry.world->mark_exited(static_cast<int>(i));
@@ -234,6 +242,7 @@ class inproc_world {
   }
 
   int n_;
+  int machine_ranks_;
   std::unique_ptr<inproc_rank_state[]> ranks_;
   std::unique_ptr<inproc_channel[]> channels_;
   std::atomic<bool> aborted_{false};

@@ -26,6 +26,7 @@ struct shm_state {
         rank(r),
         size(n),
         channels(view, r, n),
+        machine_ranks(n),
         tuning(wait_tuning::for_host(n)) {}
   shm_state(const shm_state&) = delete;
   shm_state& operator=(const shm_state&) = delete;
@@ -41,6 +42,7 @@ struct shm_state {
   int size;
   shm_channels channels;
   shm_watch watch;
+  int machine_ranks;  // ranks sharing this machine's CPUs as far as this rank knows (>= size)
   wait_tuning tuning;
   std::uint64_t barrier_gen = 0;
   std::uint64_t line_gen = 0;

@@ -293,14 +293,17 @@ class gloo {
   /// This rank's endpoint in the child `p` plans (communicator::split): a world of its own
   /// connections, on a device bound like this one's, meeting through this world's store under
   /// a key of its own (the child's abort and call records live there too). A rank that dies is
-  /// named in the child as in any world: its connections close.
+  /// named in the child as in any world: its connections close. The child counts this world's
+  /// ranks on this host among its own (host_ranks), so it waits as crowded as this world.
   [[nodiscard]] std::optional<gloo> split(const detail::split_plan& p,
                                           const detail::split_exchange&, const options& opts) {
     if (!p.joins()) return std::nullopt;
     const std::string key =
         s_->prefix + "split/" + std::to_string(p.id) + "/" + std::to_string(p.color);
-    return gloo(detail::gloo_connect(s_->store, key, p.rank, p.size,
-                                     {s_->attr, "as the parent's: " + s_->address}, opts));
+    gloo child(detail::gloo_connect(s_->store, key, p.rank, p.size,
+                                    {s_->attr, "as the parent's: " + s_->address}, opts));
+    child.share_machine(s_->host_ranks);  // the parent's other ranks on this host still run
+    return child;
   }
 
  private:

@@ -74,10 +74,14 @@ class inproc {
 
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return world_->size(); }
+  /// Threads whose waits share the CPUs with this world's: its size, or for a split's child
+  /// its parent's (the parent's other ranks still run), and so on up.
+  [[nodiscard]] int machine_ranks() const noexcept { return world_->machine_ranks(); }
 
   /// This rank's endpoint in the child `p` plans (communicator::split): a world of threads the
   /// first member creates and the others find through this world. A rank that exits this
-  /// world exits the child too, so waiting for it there raises at once.
+  /// world exits the child too, so waiting for it there raises at once. The child waits as
+  /// crowded as this world (machine_ranks).
   [[nodiscard]] std::optional<inproc> split(const detail::split_plan& p,
                                             const detail::split_exchange&, const options&) {
     if (!p.joins()) return std::nullopt;

@@ -369,14 +369,21 @@ class shm {
   /// runs other "hosts" too) shares the CPUs with ranks it does not know of, and spinning
   /// while they need a CPU slows everyone. Call before the first collective.
   void share_machine(int ranks) noexcept {
-    s_->tuning = detail::wait_tuning::for_host(std::max(ranks, s_->size));
+    s_->machine_ranks = std::max({ranks, s_->size, s_->machine_ranks});
+    s_->tuning = detail::wait_tuning::for_host(s_->machine_ranks);
   }
+  /// Ranks whose waits share this machine's CPUs as far as this rank knows: the world's size,
+  /// or more after share_machine or in a split's child (its parent's).
+  [[nodiscard]] int machine_ranks() const noexcept { return s_->machine_ranks; }
 
-  /// This rank's endpoint in the child `p` plans (communicator::split): see join_split.
+  /// This rank's endpoint in the child `p` plans (communicator::split): see join_split. The
+  /// child waits as crowded as this world: the parent's other ranks still run.
   [[nodiscard]] std::optional<shm> split(const detail::split_plan& p,
                                          const detail::split_exchange& exchange,
                                          const options& opts) {
-    return join_split(p, exchange, opts);
+    std::optional<shm> child = join_split(p, exchange, opts);
+    if (child) child->share_machine(s_->machine_ranks);
+    return child;
   }
   /// This rank's endpoint in the child `p` plans over any parent on one host (a shm world, or
   /// the ranks of one host in a gloo world: tutti::split_host): a segment of its own, which the
