@@ -510,6 +510,49 @@ void buckets(native_comm& comm) {
   EXPECT(refused);
 }
 
+/// isend/irecv and batch() on device memory. One GPU: the argument checks (no peer to send
+/// to). Several: a ring as one batch per rank, and pairs exchanging through separate isend and
+/// irecv ordered so that no two ranks both send first (NCCL issues each at once).
+void point_to_point(native_comm& comm) {
+  using T = std::int32_t;
+  const int r = comm.rank(), w = comm.size();
+  const std::size_t c = 4099;
+  const auto code = [](int from, int to, std::size_t i) {
+    return static_cast<double>(from * 100000 + to * 1000) + static_cast<double>(i % 997);
+  };
+  device_buffer<T> out(c), in(c);
+  expect_error(
+      tutti::errc::invalid_argument, [&] { (void)comm.isend(out.cspan(), r); }, "isend to self",
+      __LINE__);
+  expect_error(
+      tutti::errc::invalid_argument, [&] { (void)comm.irecv(in.span(), w); },
+      "irecv from a rank past the world", __LINE__);
+  if (w < 2) return;
+  const int right = (r + 1) % w, left = (r + w - 1) % w;
+  out.upload(make<T>(c, [&](std::size_t i) { return code(r, right, i); }));
+  comm.batch().recv(in.span(), left).send(out.cspan(), right).run();
+  expect_values(
+      in.download(), [&](std::size_t i) { return code(left, r, i); }, "batch ring", __LINE__);
+
+  // Ranks 2k and 2k+1 exchange; an odd rank out sits this one out.
+  const int partner = r % 2 == 0 ? r + 1 : r - 1;
+  if (partner >= w) return;
+  out.upload(make<T>(c, [&](std::size_t i) { return code(r, partner, i); }));
+  tutti::work first, second;
+  if (r % 2 == 0) {
+    first = comm.isend(out.cspan(), partner);
+    second = comm.irecv(in.span(), partner);
+  } else {
+    first = comm.irecv(in.span(), partner);
+    second = comm.isend(out.cspan(), partner);
+  }
+  second.wait();
+  first.wait();
+  expect_values(
+      in.download(), [&](std::size_t i) { return code(partner, r, i); }, "isend/irecv pair",
+      __LINE__);
+}
+
 int rank_main(int gpus) {
   auto comm = native_comm::from_env();
   g_rank = comm.rank();
@@ -545,6 +588,7 @@ int rank_main(int gpus) {
   own_policy<tutti::recursive_halving>("recursive_halving");
 
   splits(comm);
+  point_to_point(comm);
   buckets(comm);
   edges(comm);  // last: what a communicator does after an error is not this test's business
 
