@@ -71,7 +71,7 @@ class shm {
       if (this != &o) {
         release();
         op_ = std::move(o.op_);
-        s_ = std::move(o.s_);
+        s_ = o.s_;
       }
       return *this;
     }
