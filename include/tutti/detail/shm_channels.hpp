@@ -193,9 +193,14 @@ class shm_channels {
     while (!pr.sends.empty()) {
       shm_op* op = pr.sends.front();
       if (!op->started) {
-        shm_frame f{
-            op->tag, op->bytes, shm_frame::streamed, op->seq, op->fp.packed_head(), op->fp.count,
-            0,       0};
+        shm_frame f{.tag = op->tag,
+                    .bytes = op->bytes,
+                    .address = shm_frame::streamed,
+                    .seq = op->seq,
+                    .fp_head = op->fp.packed_head(),
+                    .fp_count = op->fp.count,
+                    .word = 0,
+                    .stamp = 0};
         const bool single = s == space::p2p && op->bytes >= shm_single_copy_min &&
                             ctl.single_copy.load(std::memory_order_relaxed) != 0;
         if (single) {  // the bytes stay where they are: done once the receiver has read them
