@@ -134,7 +134,8 @@ struct wait_tuning {
 };
 
 /// Waits until `ready()` holds. `poll()` runs before every sleep and may throw (deadline
-/// passed, communicator aborted, peer dead, mismatch seen).
+/// passed, communicator aborted, peer dead, mismatch seen); its exception propagates unless
+/// `ready()` holds by then.
 template <class Ready, class Poll>
 void wait_on(doorbell& bell, bool shared, Ready&& ready, Poll&& poll,
              const wait_tuning& tune = {}) {
@@ -169,6 +170,10 @@ void wait_on(doorbell& bell, bool shared, Ready&& ready, Poll&& poll,
       poll();
     } catch (...) {
       bell.sleepers.fetch_sub(1, std::memory_order_relaxed);
+      // What the poll found (a peer that returned or died, the deadline) may have come after
+      // the wait was over: a peer completes this rank's receive and then exits, between the
+      // look at ready() above and the poll. The wait succeeded; the next call sees the rest.
+      if (ready()) return;
       throw;
     }
     if (ready()) {  // poll may have found the state changed (or made progress itself)
