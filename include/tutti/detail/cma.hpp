@@ -96,6 +96,15 @@ namespace tutti::inline v0::detail {
   return cma_transfer(pid, local, remote, n, false);
 }
 
+/// Writes `n` bytes from `local` to `remote` in process `pid` (cma_transfer).
+[[nodiscard]] inline int cma_write(pid_t pid, const void* local, std::uint64_t remote,
+                                   std::size_t n) noexcept {
+  // process_vm_writev only reads the local side.
+  return cma_transfer(pid,
+                      const_cast<void*>(local),  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+                      remote, n, true);
+}
+
 /// Writes the word `value` at `remote` in process `pid` (cma_transfer).
 [[nodiscard]] inline int cma_write_word(pid_t pid, std::uint64_t value,
                                         std::uint64_t remote) noexcept {

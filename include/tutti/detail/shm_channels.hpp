@@ -13,9 +13,10 @@
 /// A user message of at least `shm_single_copy_min` bytes to a rank that can read this
 /// process's memory (the probe at join set the channel's `single_copy`) travels as a frame
 /// carrying its address instead of its bytes: the receiver copies it once, straight from the
-/// sender's buffer (process_vm_readv, detail/cma.hpp), then counts it in the channel's `acked`;
-/// the send completes when its count is reached. Through the ring every byte is copied twice,
-/// and a message larger than the ring costs a hand-off per ring's worth.
+/// sender's buffer, large ones with the sender's help (detail/shm_single_copy.hpp), then counts
+/// it in the channel's `acked`; the send completes when its count is reached. Through the ring
+/// every byte is copied twice, and a message larger than the ring costs a hand-off per ring's
+/// worth.
 
 #include <algorithm>
 #include <atomic>
@@ -26,6 +27,7 @@
 #include <list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tutti/core/reduce.hpp"
@@ -33,6 +35,7 @@
 #include "tutti/detail/call.hpp"
 #include "tutti/detail/cma.hpp"
 #include "tutti/detail/shm_layout.hpp"
+#include "tutti/detail/shm_single_copy.hpp"
 
 namespace tutti::inline v0::detail {
 
@@ -63,11 +66,6 @@ struct shm_unexpected {
   std::size_t expected = 0;  // payload size announced by the frame
 };
 
-/// User messages from this size up travel as single copies where the receiver can read the
-/// sender's memory. Below it a system call and an acknowledgement cost more than the ring's
-/// second copy (bench/compare_p2p.sh).
-inline constexpr std::size_t shm_single_copy_min = std::size_t{8} << 10;
-
 class shm_channels {
  public:
   shm_channels(const shm_view& v, int rank, int size)
@@ -76,6 +74,7 @@ class shm_channels {
         size_(size),
         cap_(v.layout().channel_bytes),
         key_(v.header().stamp_key),
+        share_(shm_share_enabled()),
         peers_(static_cast<std::size_t>(size) * 2) {}
 
   /// Queues `op` (owned by its request); it advances on the next `progress`.
@@ -96,6 +95,13 @@ class shm_channels {
   /// already moved part of a message: the channel is then out of step and must not be reused.
   bool cancel(shm_op* op) noexcept {
     auto& pr = peer(op->sp, op->peer);
+    if (pr.sharing && pr.current == op) {  // its sender may be writing into it: let it finish
+      auto& ctl = v_.channel(op->sp, op->peer, rank_);
+      shm_share_settle(ctl, pr.share, pid(op->peer));
+      pr.sharing = false;
+      pr.in_frame = false;  // read (in part): the sender's send may complete
+      ctl.acked.store(++pr.read, std::memory_order_release);
+    }
     if (const auto it = std::find(pr.acking.begin(), pr.acking.end(), op); it != pr.acking.end()) {
       pr.acking.erase(it);  // its receiver may be reading it: the channel cannot go on
       --pending_;
@@ -142,7 +148,13 @@ class shm_channels {
     shm_op* current = nullptr;            // receive the frame streams into (null: unexpected)
     shm_unexpected* buffering = nullptr;  // unexpected frame being buffered
     std::size_t frame_moved = 0;
+    bool sharing = false;  // the frame's single copy waits for chunks its sender writes
+    shm_share_state share;
   };
+
+  [[nodiscard]] pid_t pid(int q) const noexcept {
+    return static_cast<pid_t>(v_.block(q).pid.load(std::memory_order_relaxed));
+  }
 
   peer_state& peer(space s, int q) noexcept {
     return peers_[static_cast<std::size_t>(s) * static_cast<std::size_t>(size_) +
@@ -273,6 +285,11 @@ class shm_channels {
     std::byte* ring = v_.ring(s, q, rank_);
     const std::uint64_t start = pr.tail;
     for (;;) {
+      if (pr.sharing) {
+        if (!settle_single_copy(s, q, pr)) break;
+        finish_frame(pr);
+        continue;
+      }
       if (!pr.in_frame) {
         if (pr.recvs.empty()) break;
         auto* header = reinterpret_cast<shm_frame*>(ring + pr.tail % cap_);
@@ -293,7 +310,7 @@ class shm_channels {
         pr.frame_moved = 0;
         match(s, q, pr);
         if (pr.frame.address > shm_frame::whole) {
-          read_single_copy(s, q, pr);
+          if (!read_single_copy(s, q, pr)) break;  // the sender writes part of it
           finish_frame(pr);
           continue;
         }
@@ -398,8 +415,9 @@ class shm_channels {
   }
 
   /// The frame is a single copy: reads its bytes from the sender's memory into the matched
-  /// receive or an unexpected buffer (or nowhere, after a mismatch), then acknowledges it.
-  void read_single_copy(space s, int q, peer_state& pr) {
+  /// receive (with the sender's help where it can write here) or an unexpected buffer (or
+  /// nowhere, after a mismatch), then acknowledges it. False while the sender's chunks are due.
+  bool read_single_copy(space s, int q, peer_state& pr) {
     const std::size_t n = pr.frame.bytes;
     std::byte* dst = nullptr;
     if (pr.current != nullptr) {
@@ -409,21 +427,53 @@ class shm_channels {
       pr.buffering->data.resize(n);
       dst = pr.buffering->data.data();
     }
+    pr.frame_moved = n;
+    pr.share.error = 0;
     if (dst != nullptr && n != 0) {
-      const auto pid = static_cast<pid_t>(v_.block(q).pid.load(std::memory_order_relaxed));
-      if (const int e = cma_read(pid, dst, pr.frame.address, n); e != 0 && pr.current != nullptr) {
-        pr.current->failed = true;
-        pr.current->error = "reading " + std::to_string(n) + " bytes from rank " +
-                            std::to_string(q) + "'s memory failed: " + std::strerror(e);
+      // Only into a posted receive: it stays pending until the sender's chunks are in.
+      const bool shared = share_ && pr.current != nullptr &&
+                          v_.channel(s, rank_, q).single_copy.load(std::memory_order_relaxed) != 0;
+      if (!shm_share_read(v_.channel(s, q, rank_), pr.share, pid(q), pr.read + 1, dst,
+                          pr.frame.address, n, shared)) {
+        pr.sharing = true;
+        return false;
       }
     }
-    pr.frame_moved = n;
+    acknowledge(s, q, pr);
+    return true;
+  }
+
+  /// A shared single copy: true (and acknowledged) once the sender's chunks are in place.
+  bool settle_single_copy(space s, int q, peer_state& pr) {
+    if (!shm_share_settled(v_.channel(s, q, rank_), pr.share, pid(q), pr.current->recv_buf,
+                           pr.frame.address, pr.frame.bytes))
+      return false;
+    pr.sharing = false;
+    acknowledge(s, q, pr);
+    return true;
+  }
+
+  void acknowledge(space s, int q, peer_state& pr) {
+    if (const int e = pr.share.error; e != 0 && pr.current != nullptr) {
+      pr.current->failed = true;
+      pr.current->error = "reading " + std::to_string(pr.frame.bytes) + " bytes from rank " +
+                          std::to_string(q) + "'s memory failed: " + std::strerror(e);
+    }
     v_.channel(s, q, rank_).acked.store(++pr.read, std::memory_order_release);
   }
 
-  /// Completes the single-copy sends to `q` that the receiver has read.
+  /// Writes the chunks of its single copies the receiver `q` offers, then completes the ones it
+  /// has read.
   void take_acks(space s, int q, peer_state& pr) {
-    const std::uint64_t acked = v_.channel(s, rank_, q).acked.load(std::memory_order_acquire);
+    auto& ctl = v_.channel(s, rank_, q);
+    if (share_ && v_.channel(s, q, rank_).single_copy.load(std::memory_order_relaxed) != 0 &&
+        shm_share_help(ctl, pr.share, pid(q), [&](std::uint64_t m) {
+          for (const shm_op* op : pr.acking)
+            if (op->ack == m) return std::pair{op->send_buf, op->bytes};
+          return std::pair<const std::byte*, std::size_t>{nullptr, 0};
+        }))
+      v_.block(q).bell.ring(true);
+    const std::uint64_t acked = ctl.acked.load(std::memory_order_acquire);
     while (!pr.acking.empty() && pr.acking.front()->ack <= acked)
       complete(pr.acking, pr.acking.front());
   }
@@ -492,6 +542,7 @@ class shm_channels {
   int size_;
   std::size_t cap_;
   std::uint64_t key_;
+  bool share_;  // single copies shared with their senders (TUTTI_SHM_SHARE)
   std::vector<peer_state> peers_;
   std::size_t pending_ = 0;
 };

@@ -61,7 +61,7 @@ struct shm_rank_block {
 
 struct shm_header {
   static constexpr std::uint64_t magic_value = 0x3169747475742d78ull;  // "x-tutti1"
-  static constexpr std::uint32_t layout_version = 5;
+  static constexpr std::uint32_t layout_version = 6;
 
   std::atomic<std::uint64_t> magic{0};  // stored last by the creator
   std::uint32_t version = 0;
@@ -146,13 +146,18 @@ inline constexpr std::size_t shm_line_capacity =
     shm_first_line::payload + (shm_lines_per_half - 1) * shm_line::payload;
 
 /// Producer and consumer positions of one channel (bytes ever written / ever consumed), and
-/// what the consumer writes besides: whether it can read the producer's memory (single copies,
-/// detail/shm_channels.hpp), and how many single-copy messages it has read so far.
+/// what the consumer writes besides: whether it can read the producer's memory, how many
+/// single-copy messages it has read so far, and the one it offers the producer a share of
+/// (detail/shm_single_copy.hpp); on a line of its own, what the producer wrote of that.
 struct shm_channel_ctl {
   alignas(cache_line) std::atomic<std::uint64_t> head{0};
   alignas(cache_line) std::atomic<std::uint64_t> tail{0};
   std::atomic<std::uint64_t> acked{0};
+  std::atomic<std::uint64_t> share{0};     // (message << 24) | next unclaimed chunk; both claim
+  std::atomic<std::uint64_t> share_to{0};  // the consumer's destination for that message
   std::atomic<std::uint32_t> single_copy{0};
+  alignas(cache_line) std::atomic<std::uint64_t> helped{0};  // (message << 24) | chunks written
+  std::atomic<std::uint64_t> help_failed{0};                 // a message a write failed for
 };
 
 /// Offsets of everything in a segment for `ranks` ranks.

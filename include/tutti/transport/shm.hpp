@@ -11,7 +11,8 @@
 ///
 /// Its parts, in detail/: shm_layout (the segment's blocks, slots, lines and rings),
 /// shm_segment (creating, attaching and sweeping the segment; watching peer processes),
-/// shm_channels (the per-pair rings), shm_state (what one rank holds of the world),
+/// shm_channels (the per-pair rings), shm_single_copy (large user messages copied straight
+/// between the processes, by both ends), shm_state (what one rank holds of the world),
 /// shm_failure (beats, stopped peers, abort records, a slow wait's poll), shm_join (joining a
 /// world once its rendezvous is known).
 
