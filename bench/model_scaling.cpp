@@ -122,6 +122,10 @@ int main(int argc, char** argv) {
       m.alpha_us = h > 1 ? alpha : local.alpha_us;
       m.beta_us_per_byte = h > 1 ? 8e-3 / gbps : local.beta_us_per_byte;
       m.segment_beta_us_per_byte = 0;
+      // Between hosts, and a flat policy's messages inside one, ride gloo's TCP pairs, where an
+      // exchange costs two α (cost_model::exchange_alphas).
+      m.exchange_alphas =
+          h > 1 ? tutti::detail::gloo_costs::tcp.exchange_alphas : local.exchange_alphas;
       m.hosts = h;
       m.ranks_per_host = l;
       m.local_alpha_us = local.alpha_us;

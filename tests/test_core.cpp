@@ -7,6 +7,7 @@
 // patterns for the 16-bit floats).
 
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -756,21 +757,24 @@ string_view picked(std::size_t bytes, int ranks, const tutti::cost_model& m, boo
 
 TEST_CASE("automatic picks the policy its costs rank first") {
   const std::size_t K = 1024, M = K * K;
-  // tutti::gloo's TCP costs, point to point: recursive doubling while α dominates, ring where
-  // p is not a power of two and bytes count, recursive halving from 1 MiB where it is.
+  // tutti::gloo's TCP costs, point to point: recursive doubling while α dominates where p is a
+  // power of two, tree where it is not (an exchange costs two α over Gloo's pairs, a tree's
+  // message one, and the fold adds exchanges: bench/RESULTS.md, "Why an exchange over Gloo's
+  // TCP costs twice a message"); ring where p is not a power of two and bytes count, recursive
+  // halving from 1 MiB where it is (ring at 2 ranks, where it reduces half as much).
   const tutti::cost_model tcp = tutti::detail::gloo_costs::tcp;
   struct want {
     int p;
     std::size_t bytes;
     string_view policy;
   };
-  for (const want w :
-       {want{2, 8, "recursive_doubling"}, want{2, 64 * K, "recursive_doubling"}, want{2, M, "ring"},
-        want{2, 64 * M, "ring"}, want{3, 8, "ring"}, want{3, 64 * M, "ring"},
-        want{4, 8, "recursive_doubling"}, want{4, 64 * K, "recursive_doubling"},
-        want{4, M, "recursive_halving"}, want{5, 4 * K, "recursive_doubling"},
-        want{5, 64 * K, "ring"}, want{8, 64 * K, "recursive_doubling"},
-        want{8, M, "recursive_halving"}, want{16, 64 * M, "recursive_halving"}}) {
+  for (const want w : {want{2, 8, "recursive_doubling"}, want{2, 64 * K, "recursive_doubling"},
+                       want{2, 4 * M, "ring"}, want{2, 64 * M, "ring"}, want{3, 8, "tree"},
+                       want{3, 64 * M, "ring"}, want{4, 8, "recursive_doubling"},
+                       want{4, 64 * K, "recursive_doubling"}, want{4, M, "recursive_halving"},
+                       want{5, 4 * K, "tree"}, want{5, 64 * K, "tree"}, want{5, M, "ring"},
+                       want{8, 64 * K, "recursive_doubling"}, want{8, M, "recursive_halving"},
+                       want{16, 64 * M, "recursive_halving"}}) {
     CAPTURE(w.p);
     CAPTURE(w.bytes);
     CHECK(picked(w.bytes, w.p, tcp, false, point_to_point) == w.policy);
@@ -807,10 +811,56 @@ TEST_CASE("automatic picks the policy its costs rank first") {
   CHECK(two::choose(collective::all_to_all, in, {}, all_to_all) == two::none);
 }
 
+TEST_CASE("an exchange costs exchange_alphas α; a tree's message one") {
+  // Over Gloo's TCP pairs a send waits for its receiver's recv-ready notification, so a step
+  // where both ends send at once pays two crossings (bench/RESULTS.md).
+  tutti::cost_model one = tutti::detail::gloo_costs::tcp;
+  one.exchange_alphas = 1.0;
+  const tutti::cost_model two = tutti::detail::gloo_costs::tcp;
+  REQUIRE(two.exchange_alphas == 2.0);
+  const double a = two.alpha_us;
+  const auto cost = []<class P>(const tutti::cost_model& m, int p, tutti::cost_model h = {}) {
+    if (h.hosts > 0) {
+      h.alpha_us = m.alpha_us;
+      h.exchange_alphas = m.exchange_alphas;
+    }
+    return P::cost(collective::all_reduce,
+                   tutti::detail::cost_inputs(65536, p, h.hosts > 0 ? h : m))
+        .value();
+  };
+  for (int p : {2, 4, 8}) {
+    CAPTURE(p);
+    const double lg = std::log2(p);
+    CHECK(cost.operator()<tutti::recursive_doubling>(two, p) -
+              cost.operator()<tutti::recursive_doubling>(one, p) ==
+          doctest::Approx(lg * a));
+    CHECK(cost.operator()<tutti::recursive_halving>(two, p) -
+              cost.operator()<tutti::recursive_halving>(one, p) ==
+          doctest::Approx(2 * lg * a));
+    CHECK(cost.operator()<tutti::ring>(two, p) - cost.operator()<tutti::ring>(one, p) ==
+          doctest::Approx(2 * (p - 1) * a));
+    CHECK(cost.operator()<tutti::tree>(two, p) == cost.operator()<tutti::tree>(one, p));
+  }
+  // Across 2 hosts x 2 ranks: the flat steps inside a host ride the same pairs (its α doubles),
+  // the link's too; tree's stay single.
+  tutti::cost_model levels = tutti::detail::gloo_costs::tcp;
+  levels.hosts = 2;
+  levels.ranks_per_host = 2;
+  levels.local_alpha_us = 3.0;
+  levels.local_beta_us_per_byte = 1e-4;
+  CHECK(cost.operator()<tutti::recursive_halving>(two, 4, levels) -
+            cost.operator()<tutti::recursive_halving>(one, 4, levels) ==
+        doctest::Approx(2 * (3.0 + a)));
+  CHECK(cost.operator()<tutti::tree>(two, 4, levels) ==
+        cost.operator()<tutti::tree>(one, 4, levels));
+}
+
 TEST_CASE("automatic on a crowded host weighs every rank's messages: tree where they dominate") {
   // tutti::gloo's costs on one host, 4 ranks: single copies (gloo::world_costs) and Gloo's TCP
-  // pairs alone (TUTTI_GLOO_CMA=0). bench/RESULTS.md, on 2 CPUs: tree beats recursive doubling
-  // up to 256 KiB, recursive halving wins from 1 MiB.
+  // pairs alone (TUTTI_GLOO_CMA=0). bench/RESULTS.md, on 2 CPUs: with single copies tree beats
+  // recursive doubling up to 256 KiB, recursive halving wins from 1 MiB; on the TCP pairs, whose
+  // exchanges cost two α, tree wins up to 1 MiB as well (1.8-2.0 ms against recursive halving's
+  // 2.3-2.5 ms, "An exchange over Gloo's TCP, priced").
   tutti::cost_model m = tutti::detail::gloo_costs::tcp;
   const auto pick = [&](std::size_t bytes, int ranks, double per_cpu) {
     m.ranks_per_cpu = per_cpu;
@@ -822,6 +872,7 @@ TEST_CASE("automatic on a crowded host weighs every rank's messages: tree where 
     if (single_copies) {
       m.alpha_us = tutti::detail::gloo_costs::single_copy_alpha_us;
       m.beta_us_per_byte = tutti::detail::gloo_costs::single_copy_beta_us_per_byte;
+      m.exchange_alphas = 1.0;  // as gloo::world_costs: descriptors in mailboxes
     }
     for (double per_cpu : {0.0, 0.5, 1.0}) {  // unknown or not crowded: the slowest rank's path
       CAPTURE(per_cpu);
@@ -832,7 +883,7 @@ TEST_CASE("automatic on a crowded host weighs every rank's messages: tree where 
     CHECK(pick(8, 4, 2.0) == "tree");
     CHECK(pick(4096, 4, 2.0) == "tree");
     CHECK(pick(256 << 10, 4, 2.0) == "tree");
-    CHECK(pick(mib, 4, 2.0) == "recursive_halving");
+    CHECK(pick(mib, 4, 2.0) == (single_copies ? "recursive_halving" : "tree"));
     CHECK(pick(16 * mib, 4, 2.0) == "recursive_halving");
     CHECK(pick(256 * mib, 4, 2.0) == "recursive_halving");
   }

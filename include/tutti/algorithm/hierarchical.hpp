@@ -119,10 +119,11 @@ struct hierarchical {
         const double doubling_across = lg_h * (a + block * b * l + block * g);
         return inside + std::min(ring_across, doubling_across);
       }
+      // Across hosts through binomial trees: one α per message (tree's).
       case detail::collective::broadcast:
-        return lg_h * (a + n * b) + lg_l * (al + n * bl);
+        return lg_h * (in.a1 + n * b) + lg_l * (al + n * bl);
       case detail::collective::reduce:
-        return lg_l * (al + n * bl + n * g) + lg_h * (a + n * b + n * g);
+        return lg_l * (al + n * bl + n * g) + lg_h * (in.a1 + n * b + n * g);
       default:
         return std::nullopt;
     }

@@ -29,10 +29,13 @@ struct tree {
       const auto lv = in.recursive_levels();
       if (k != detail::collective::all_reduce || !lv) return cost(k, in.flat_across_hosts(true));
       const double n = in.n;
-      return 2 * (lv->inside * (lv->al + n * lv->bl) + lv->across * (lv->a + n * lv->b)) +
+      return 2 * (lv->inside * (lv->al / lv->x + n * lv->bl) +
+                  lv->across * (lv->a / lv->x + n * lv->b)) +
              in.lg * n * in.g;
     }
-    const double n = in.n, a = in.a, b = in.b, g = in.g, lg = in.lg;
+    // A child posts its receive long before its parent sends: one α per message, not an
+    // exchange's (cost_model::exchange_alphas).
+    const double n = in.n, a = in.a1, b = in.b, g = in.g, lg = in.lg;
     switch (k) {
       case detail::collective::all_reduce:
         return 2 * lg * a + 2 * lg * n * b + lg * n * g;
@@ -53,7 +56,7 @@ struct tree {
   [[nodiscard]] static double crowded_all_reduce(const detail::cost_inputs& in) noexcept {
     const double n = in.n, p = in.p, lg = in.lg;
     const double messages = 2 * (p - 1);
-    return in.crowded_host(2 * lg * (in.a + in.msg(n)) + lg * n * in.g, messages,
+    return in.crowded_host(2 * lg * (in.a1 + in.msg(n)) + lg * n * in.g, messages,
                            messages * in.msg(n), (p - 1) * n);
   }
 

@@ -36,6 +36,15 @@ struct cost_model {
   /// local_beta_us_per_byte.
   double flat_local_alpha_us = 0.0;
   double flat_local_beta_us_per_byte = 0.0;
+  /// What a step in which ranks send and receive at once (an exchange: every step of ring,
+  /// recursive halving and doubling, Bruck, direct) costs in α, against a message whose receive
+  /// was posted in time (tree's). 1 where a send goes as soon as it is posted; 2 over Gloo's TCP
+  /// pairs, whose send waits for the receiver's recv-ready notification, which in an exchange
+  /// crosses at the same time as the partner's own (bench/RESULTS.md, "Why an exchange over
+  /// Gloo's TCP costs twice a message"). Applies to `alpha_us` and to a flat schedule's
+  /// messages inside a host (flat_local_alpha_us, or local_alpha_us where that is 0);
+  /// hierarchical's steps inside a host take local_alpha_us as it is.
+  double exchange_alphas = 1.0;
 
   friend bool operator==(const cost_model&, const cost_model&) = default;
 };
@@ -57,7 +66,8 @@ struct cost_inputs {
         slot_bytes(slot),
         n(bytes),
         p(world),
-        a(costs.alpha_us),
+        a(costs.alpha_us * costs.exchange_alphas),
+        a1(costs.alpha_us),
         b(costs.beta_us_per_byte),
         g(costs.gamma_us_per_byte),
         bs(costs.segment_beta_us_per_byte > 0 ? costs.segment_beta_us_per_byte : b),
@@ -74,7 +84,10 @@ struct cost_inputs {
   /// Bytes of one rank's slot in the shared segment (the transport's `segment_bytes()`).
   std::size_t slot_bytes;
 
-  double n, p, a, b, g;
+  double n, p;
+  double a;   // α of an exchange (cost_model::exchange_alphas)
+  double a1;  // α of a message whose receive was posted in time (tree's)
+  double b, g;
   double bs;    // β of a copy into or out of the shared segment
   double lg;    // ceil(lg p): steps of the recursive and binomial schedules
   bool pow2;    // p is a power of two
@@ -107,20 +120,23 @@ struct cost_inputs {
   /// two (otherwise the folds and partners mix the levels: flat_across_hosts).
   struct level_steps {
     double inside, across;  // steps at each level
-    double al, bl;          // a message inside a host
-    double a, b;            // a message between hosts, with the link to itself
+    double al, bl;          // an exchange inside a host
+    double a, b;            // an exchange between hosts, with the link to itself
     double l;               // ranks per host: the flows on a host's link when all cross at once
+    double x;               // α's per exchange (cost_model::exchange_alphas): al / x, a / x
+                            // are a message's whose receive was posted in time
   };
   [[nodiscard]] std::optional<level_steps> recursive_levels() const noexcept {
     const int h = m.hosts, l = m.ranks_per_host;
     if (!across_hosts() || (h & (h - 1)) != 0 || (l & (l - 1)) != 0) return std::nullopt;
     return level_steps{std::log2(static_cast<double>(l)),
                        std::log2(static_cast<double>(h)),
-                       flat_local_alpha_us(),
+                       flat_local_alpha_us() * m.exchange_alphas,
                        flat_local_beta_us_per_byte(),
                        a,
                        b,
-                       static_cast<double>(l)};
+                       static_cast<double>(l),
+                       m.exchange_alphas};
   }
   /// The same call as a flat schedule over every rank sees it: each step waits for its
   /// slowest message, so α and β are the larger of the link's and a host's; and where the

@@ -158,9 +158,10 @@ class gloo {
   /// automatic prices which steps cross hosts. The same on every rank.
   [[nodiscard]] cost_model world_costs() const noexcept {
     cost_model m = costs;
-    if (s_->single_copy_world) {
+    if (s_->single_copy_world) {  // descriptors in mailboxes: no rendezvous
       m.alpha_us = single_copy_alpha_us;
       m.beta_us_per_byte = single_copy_beta_us_per_byte;
+      m.exchange_alphas = 1.0;
     }
     m.ranks_per_cpu = s_->ranks_per_cpu;
     return s_->link.apply(m, s_->hosts, costs.alpha_us, costs.beta_us_per_byte);

@@ -9,11 +9,15 @@
 namespace tutti::inline v0::detail::gloo_costs {
 
 /// Defaults for tutti::automatic, fitted on loopback (bench/RESULTS.md): every message is a
-/// rendezvous over a TCP connection (tens of microseconds), bytes cross the kernel twice.
+/// rendezvous over a TCP connection (tens of microseconds), bytes cross the kernel twice. A
+/// send waits for its receiver's recv-ready notification, so in an exchange, where both post
+/// at once, the notification and then the data cross: two α (bench/RESULTS.md, "Why an
+/// exchange over Gloo's TCP costs twice a message").
 inline constexpr cost_model tcp{.alpha_us = 40.0,
                                 .beta_us_per_byte = 1.0 / 1500.0,
                                 .gamma_us_per_byte = 1.0 / 8000.0,
-                                .segment_beta_us_per_byte = 1.0 / 1500.0};
+                                .segment_beta_us_per_byte = 1.0 / 1500.0,
+                                .exchange_alphas = 2.0};
 
 /// α and β of a single copy, fitted on the 2-core VM of bench/RESULTS.md: a 4-byte recursive
 /// doubling step (a descriptor, a read, an acknowledgement) takes about 5 µs; a 4 MiB one
