@@ -17,65 +17,26 @@
 /// it in the channel's `acked`; the send completes when its count is reached. Through the ring
 /// every byte is copied twice, and a message larger than the ring costs a hand-off per ring's
 /// worth.
+///
+/// The state both sides keep is shm_channel_base's (detail/shm_channel_base.hpp), the sending
+/// side shm_channel_send's (detail/shm_channel_send.hpp); here, the interface and receiving.
 
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <deque>
-#include <list>
-#include <memory>
 #include <string>
 #include <utility>
-#include <vector>
 
-#include "tutti/core/reduce.hpp"
-#include "tutti/detail/board.hpp"
-#include "tutti/detail/call.hpp"
 #include "tutti/detail/cma.hpp"
-#include "tutti/detail/shm_layout.hpp"
-#include "tutti/detail/shm_single_copy.hpp"
+#include "tutti/detail/shm_channel_send.hpp"
 
 namespace tutti::inline v0::detail {
 
-/// One posted send or receive.
-struct shm_op {
-  bool is_send = false;
-  space sp = space::collective;
-  int peer = -1;
-  std::uint64_t tag = 0;
-  std::uint64_t seq = 0;
-  fingerprint fp;
-  const std::byte* send_buf = nullptr;
-  std::byte* recv_buf = nullptr;
-  std::size_t bytes = 0;
-  const reducer* fuse = nullptr;  // receive: recv_buf = recv_buf op payload
-  std::size_t moved = 0;          // payload bytes moved so far
-  std::uint64_t ack = 0;          // single-copy send: its number on the channel
-  bool started = false;           // send: frame header written; receive: frame matched
-  bool complete = false;
-  bool failed = false;
-  std::string error;
-};
-
-/// A user message that arrived before a receive with its tag was posted.
-struct shm_unexpected {
-  std::uint64_t tag = 0;
-  std::vector<std::byte> data;
-  std::size_t expected = 0;  // payload size announced by the frame
-};
-
-class shm_channels {
+class shm_channels : shm_channel_send {
  public:
-  shm_channels(const shm_view& v, int rank, int size)
-      : v_(v),
-        rank_(rank),
-        size_(size),
-        cap_(v.layout().channel_bytes),
-        key_(v.header().stamp_key),
-        share_(shm_share_enabled()),
-        peers_(static_cast<std::size_t>(size) * 2) {}
+  shm_channels(const shm_view& v, int rank, int size) : shm_channel_send(v, rank, size) {}
 
   /// Queues `op` (owned by its request); it advances on the next `progress`.
   void post(shm_op* op) {
@@ -132,154 +93,6 @@ class shm_channels {
   [[nodiscard]] std::size_t pending() const noexcept { return pending_; }
 
  private:
-  struct peer_state {
-    std::deque<shm_op*> sends;
-    std::deque<shm_op*> recvs;
-    std::deque<shm_op*> acking;   // single-copy sends whose bytes the receiver has yet to read
-    std::uint64_t described = 0;  // single-copy sends written to the outgoing channel
-    std::uint64_t read = 0;       // single-copy messages read from the incoming channel
-    std::list<shm_unexpected> unexpected;  // stable addresses: `buffering` points in
-    std::uint64_t head = 0;                // producer position of the outgoing channel (mirror)
-    std::uint64_t tail_seen = 0;           // the outgoing channel's consumer position, as last read
-    std::uint64_t tail = 0;                // consumer position of the incoming channel (mirror)
-    std::uint64_t head_seen = 0;  // the incoming channel's producer position, as last known
-    shm_frame frame{};            // incoming frame being consumed
-    bool in_frame = false;
-    shm_op* current = nullptr;            // receive the frame streams into (null: unexpected)
-    shm_unexpected* buffering = nullptr;  // unexpected frame being buffered
-    std::size_t frame_moved = 0;
-    bool sharing = false;  // the frame's single copy waits for chunks its sender writes
-    shm_share_state share;
-  };
-
-  [[nodiscard]] pid_t pid(int q) const noexcept {
-    return static_cast<pid_t>(v_.block(q).pid.load(std::memory_order_relaxed));
-  }
-
-  peer_state& peer(space s, int q) noexcept {
-    return peers_[static_cast<std::size_t>(s) * static_cast<std::size_t>(size_) +
-                  static_cast<std::size_t>(q)];
-  }
-
-  void complete(std::deque<shm_op*>& q, shm_op* op) {
-    op->complete = true;
-    q.pop_front();
-    --pending_;
-  }
-
-  // ---- sending ------------------------------------------------------------------------------
-
-  /// Free bytes in the outgoing ring. Signed: after a frame's padding the producer's position
-  /// may run up to 63 bytes past a full ring until the consumer skips the same padding.
-  [[nodiscard]] std::int64_t room(const peer_state& pr, std::uint64_t tail) const noexcept {
-    return static_cast<std::int64_t>(cap_) - static_cast<std::int64_t>(pr.head - tail);
-  }
-
-  /// Writes `n` bytes at stream position `pos` of a ring, wrapping at its end.
-  void ring_write(std::byte* ring, std::uint64_t pos, const void* src, std::size_t n) const {
-    const std::size_t at = pos % cap_;
-    const std::size_t first = std::min(n, cap_ - at);
-    std::memcpy(ring + at, src, first);
-    if (first < n) std::memcpy(ring, static_cast<const std::byte*>(src) + first, n - first);
-  }
-
-  /// Publishes a frame header at `pos`: every field, then its stamp (release).
-  void put_header(std::byte* ring, std::uint64_t pos, const shm_frame& f) const {
-    // The stamp word is only ever stored atomically: the consumer may be loading it already.
-    std::memcpy(ring + pos % cap_, &f, offsetof(shm_frame, stamp));
-    std::atomic_ref<std::uint64_t>(reinterpret_cast<shm_frame*>(ring + pos % cap_)->stamp)
-        .store(pos ^ key_, std::memory_order_release);
-  }
-
-  void push_sends(space s, int q, peer_state& pr) {
-    auto& ctl = v_.channel(s, rank_, q);
-    std::byte* ring = v_.ring(s, rank_, q);
-    const std::uint64_t start = pr.head;
-    // The consumer's position as last seen: reloaded only when the ring looks too full, so a
-    // message that fits costs no read of the consumer's line.
-    auto fits = [&](std::size_t n) {
-      if (room(pr, pr.tail_seen) >= static_cast<std::int64_t>(n)) return true;
-      pr.tail_seen = ctl.tail.load(std::memory_order_acquire);
-      return room(pr, pr.tail_seen) >= static_cast<std::int64_t>(n);
-    };
-    while (!pr.sends.empty()) {
-      shm_op* op = pr.sends.front();
-      if (!op->started) {
-        shm_frame f{.tag = op->tag,
-                    .bytes = op->bytes,
-                    .address = shm_frame::streamed,
-                    .seq = op->seq,
-                    .fp_head = op->fp.packed_head(),
-                    .fp_count = op->fp.count,
-                    .word = 0,
-                    .stamp = 0};
-        const bool single = s == space::p2p && op->bytes >= shm_single_copy_min &&
-                            ctl.single_copy.load(std::memory_order_relaxed) != 0;
-        if (single) {  // the bytes stay where they are: done once the receiver has read them
-          if (!fits(sizeof f)) break;
-          f.address = reinterpret_cast<std::uintptr_t>(op->send_buf);
-          put_header(ring, pr.head, f);
-          pr.head += sizeof f;
-          op->started = true;
-          op->moved = op->bytes;
-          op->ack = ++pr.described;
-          pr.sends.pop_front();
-          pr.acking.push_back(op);
-          continue;
-        }
-        if (op->bytes <= shm_frame::inline_max(s)) {  // in the header itself
-          if (!fits(sizeof f)) break;
-          f.address = shm_frame::whole;
-          if (op->bytes != 0)
-            std::memcpy(reinterpret_cast<std::byte*>(&f) + shm_frame::inline_at(s), op->send_buf,
-                        op->bytes);
-          put_header(ring, pr.head, f);
-          pr.head += sizeof f;
-          op->started = true;
-          op->moved = op->bytes;
-          complete(pr.sends, op);
-          continue;
-        }
-        const std::size_t padded = round_up(op->bytes, sizeof f);
-        if (padded <= cap_ - sizeof f && fits(sizeof f + padded)) {
-          // All of it fits: payload first, then the header that announces it whole.
-          ring_write(ring, pr.head + sizeof f, op->send_buf, op->bytes);
-          f.address = shm_frame::whole;
-          put_header(ring, pr.head, f);
-          pr.head += sizeof f + padded;
-          op->started = true;
-          op->moved = op->bytes;
-          complete(pr.sends, op);
-          continue;
-        }
-        if (!fits(sizeof f)) break;
-        put_header(ring, pr.head, f);  // streamed: the payload follows as the ring frees
-        pr.head += sizeof f;
-        op->started = true;
-      }
-      while (op->moved < op->bytes) {
-        if (!fits(1)) break;
-        const auto free = static_cast<std::size_t>(room(pr, pr.tail_seen));
-        const std::size_t at = pr.head % cap_;
-        const std::size_t n = std::min({op->bytes - op->moved, free, cap_ - at});
-        std::memcpy(ring + at, op->send_buf + op->moved, n);
-        op->moved += n;
-        pr.head += n;
-        // Publish as we go so the receiver can drain while we fill.
-        if (op->moved < op->bytes) ctl.head.store(pr.head, std::memory_order_release);
-      }
-      if (op->moved < op->bytes) break;
-      pr.head = round_up(pr.head, sizeof(shm_frame));
-      complete(pr.sends, op);
-    }
-    if (pr.head != start) {
-      ctl.head.store(pr.head, std::memory_order_release);
-      v_.block(q).bell.ring(true);
-    }
-  }
-
-  // ---- receiving ----------------------------------------------------------------------------
-
   void pull_recvs(space s, int q, peer_state& pr) {
     auto& ctl = v_.channel(s, q, rank_);
     std::byte* ring = v_.ring(s, q, rank_);
@@ -462,22 +275,6 @@ class shm_channels {
     v_.channel(s, q, rank_).acked.store(++pr.read, std::memory_order_release);
   }
 
-  /// Writes the chunks of its single copies the receiver `q` offers, then completes the ones it
-  /// has read.
-  void take_acks(space s, int q, peer_state& pr) {
-    auto& ctl = v_.channel(s, rank_, q);
-    if (share_ && v_.channel(s, q, rank_).single_copy.load(std::memory_order_relaxed) != 0 &&
-        shm_share_help(ctl, pr.share, pid(q), [&](std::uint64_t m) {
-          for (const shm_op* op : pr.acking)
-            if (op->ack == m) return std::pair{op->send_buf, op->bytes};
-          return std::pair<const std::byte*, std::size_t>{nullptr, 0};
-        }))
-      v_.block(q).bell.ring(true);
-    const std::uint64_t acked = ctl.acked.load(std::memory_order_acquire);
-    while (!pr.acking.empty() && pr.acking.front()->ack <= acked)
-      complete(pr.acking, pr.acking.front());
-  }
-
   void deliver(peer_state& pr, const std::byte* src, std::size_t n) {
     if (shm_op* op = pr.current) {
       std::byte* dst = op->recv_buf + pr.frame_moved;
@@ -510,12 +307,6 @@ class shm_channels {
     }
   }
 
-  void fail(std::deque<shm_op*>& q, shm_op* op, std::string what) {
-    op->failed = true;
-    op->error = std::move(what);
-    complete(q, op);
-  }
-
   /// A user receive whose message was buffered already: complete it from the buffer.
   bool take_unexpected(peer_state& pr, shm_op* op) {
     for (auto it = pr.unexpected.begin(); it != pr.unexpected.end(); ++it) {
@@ -536,15 +327,6 @@ class shm_channels {
     }
     return false;
   }
-
-  shm_view v_;
-  int rank_;
-  int size_;
-  std::size_t cap_;
-  std::uint64_t key_;
-  bool share_;  // single copies shared with their senders (TUTTI_SHM_SHARE)
-  std::vector<peer_state> peers_;
-  std::size_t pending_ = 0;
 };
 
 }  // namespace tutti::inline v0::detail
