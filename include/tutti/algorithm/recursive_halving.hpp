@@ -15,6 +15,7 @@
 #include "tutti/detail/cost.hpp"
 #include "tutti/detail/recursive.hpp"
 #include "tutti/detail/schedules.hpp"
+#include "tutti/transport/concepts.hpp"
 
 namespace tutti::inline v0 {
 
@@ -36,14 +37,16 @@ struct recursive_halving {
       const auto lv = in.recursive_levels();
       if (k != detail::collective::all_reduce || !lv) return cost(k, in.flat_across_hosts(true));
       const double n = in.n;
-      const double inside = lv->inside * lv->al + (1 - 1 / lv->l) * n * lv->bl;
-      const double across = lv->across * lv->a + (1 - std::exp2(-lv->across)) * n * lv->b;
-      return 2 * (inside + across) + in.frac * n * in.g;
+      // The reduce-scatter's steps are exchanges; the all-gather's receives were posted
+      // during the reduce-scatter, so its steps cost one α (lv->x fewer).
+      const double exchanges = lv->inside * lv->al + lv->across * lv->a;
+      const double bytes = (1 - 1 / lv->l) * n * lv->bl + (1 - std::exp2(-lv->across)) * n * lv->b;
+      return exchanges * (1 + 1 / lv->x) + 2 * bytes + in.frac * n * in.g;
     }
     const double n = in.n, a = in.a, b = in.b, g = in.g, lg = in.lg;
     switch (k) {
-      case detail::collective::all_reduce:
-        return 2 * lg * a + 2 * in.frac * n * b + in.frac * n * g + in.fold;
+      case detail::collective::all_reduce:  // the all-gather's receives are posted early
+        return lg * (a + in.a1) + 2 * in.frac * n * b + in.frac * n * g + in.fold;
       case detail::collective::reduce_scatter:
         return lg * a + in.frac * n * (b + g) + 2 * n * b + in.fold;
       case detail::collective::barrier:
@@ -57,8 +60,8 @@ struct recursive_halving {
     const double n = in.n, p = in.p, lg = in.lg;
     double halves = 0;  // one rank's β-time, reduce-scatter and all-gather
     for (double part = n / 2, i = 0; i < lg; part /= 2, ++i) halves += 2 * in.msg(part);
-    return in.crowded_host(2 * lg * in.a + halves + (p - 1) / p * n * in.g + in.fold, 2 * lg * p,
-                           halves * p, (p - 1) * n);
+    return in.crowded_host(lg * (in.a + in.a1) + halves + (p - 1) / p * n * in.g + in.fold,
+                           2 * lg * p, halves * p, (p - 1) * n);
   }
 
   template <class Ctx>
@@ -69,9 +72,14 @@ struct recursive_halving {
     detail::fold_in(c, out, bytes, f);
     if (f.newrank >= 0) {
       const auto goff = detail::even_offsets(c, count, f.pof2);
-      const auto steps =
-          detail::halving_reduce_scatter(c, out, goff, f, detail::halving_order::nearest_first);
-      detail::mirror_all_gather(c, out, goff, steps);
+      // The all-gather's receives are posted as the reduce-scatter goes, except on a device
+      // transport, whose operations run in order on its stream: a receive posted early would
+      // hold back every later operation until its message came.
+      std::vector<typename Ctx::request> gathers;
+      constexpr bool early = !device_transport<typename Ctx::transport_type>;
+      const auto steps = detail::halving_reduce_scatter(
+          c, out, goff, f, detail::halving_order::nearest_first, early ? &gathers : nullptr);
+      detail::mirror_all_gather(c, out, goff, steps, early ? &gathers : nullptr);
     }
     detail::fold_out(c, out, bytes, f);
   }

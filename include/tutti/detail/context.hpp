@@ -80,6 +80,23 @@ class context {
     finish_reduce(inout, rbytes);
   }
 
+  /// sendrecv_reduce with `to == from`, which also posts the receive of that peer's next
+  /// message into `next` before this step's send goes: a transport whose sends wait until the
+  /// receiver has posted (Gloo's TCP pairs) then finds it posted when that message comes. The
+  /// caller waits for the returned receive. `next` may be the range this step sends from: the
+  /// peer can only answer once it has this step's message.
+  [[nodiscard]] request exchange_reduce_and_post(int peer, const void* sp, std::size_t sbytes,
+                                                 void* inout, std::size_t rbytes, void* next,
+                                                 std::size_t next_bytes) {
+    auto rr = irecv_reduce(peer, inout, rbytes);
+    auto nr = irecv(peer, next, next_bytes);
+    auto sr = isend(peer, sp, sbytes);
+    wait(rr);
+    wait(sr);
+    finish_reduce(inout, rbytes);
+    return nr;
+  }
+
   /// d = a op b over `bytes` bytes of elements (on the GPU for device transports).
   void reduce(void* d, const void* a, const void* b, std::size_t bytes) {
     if constexpr (device_transport<Transport>)

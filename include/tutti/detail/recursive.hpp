@@ -49,10 +49,16 @@ enum class halving_order {
 /// Recursive halving reduce-scatter in place on `buf` over pof2 groups of bytes
 /// [goff[g], goff[g+1]), in `order`: each rank ends with one group fully reduced. Returns the
 /// steps, which `mirror_all_gather` undoes. Only active ranks call it.
+///
+/// With `gathers`, each step also posts the receive of the all-gather step that mirrors it
+/// (into the range it sends, which this rank no longer touches afterwards; the partner fills
+/// it only after it has all of this rank's reduce-scatter): over a transport whose send waits
+/// for the receiver to post (Gloo's TCP pairs), each all-gather step then costs one crossing
+/// instead of an exchange's two (bench/RESULTS.md).
 template <class Ctx>
-std::vector<halving_step> halving_reduce_scatter(Ctx& c, std::byte* buf,
-                                                 std::span<const std::size_t> goff, const fold& f,
-                                                 halving_order order) {
+std::vector<halving_step> halving_reduce_scatter(
+    Ctx& c, std::byte* buf, std::span<const std::size_t> goff, const fold& f, halving_order order,
+    std::vector<typename Ctx::request>* gathers = nullptr) {
   std::vector<halving_step> steps;
   int lo = 0, hi = f.pof2;
   const bool nearest = order == halving_order::nearest_first;
@@ -65,8 +71,13 @@ std::vector<halving_step> halving_reduce_scatter(Ctx& c, std::byte* buf,
                           upper ? lo : mid, upper ? mid : hi};
     const auto sl = static_cast<std::size_t>(st.send_lo), sh = static_cast<std::size_t>(st.send_hi);
     const auto kl = static_cast<std::size_t>(st.keep_lo), kh = static_cast<std::size_t>(st.keep_hi);
-    c.sendrecv_reduce(st.partner, buf + goff[sl], goff[sh] - goff[sl], st.partner, buf + goff[kl],
-                      goff[kh] - goff[kl]);
+    if (gathers != nullptr)
+      gathers->push_back(c.exchange_reduce_and_post(st.partner, buf + goff[sl], goff[sh] - goff[sl],
+                                                    buf + goff[kl], goff[kh] - goff[kl],
+                                                    buf + goff[sl], goff[sh] - goff[sl]));
+    else
+      c.sendrecv_reduce(st.partner, buf + goff[sl], goff[sh] - goff[sl], st.partner, buf + goff[kl],
+                        goff[kh] - goff[kl]);
     lo = st.keep_lo;
     hi = st.keep_hi;
     steps.push_back(st);
@@ -75,17 +86,24 @@ std::vector<halving_step> halving_reduce_scatter(Ctx& c, std::byte* buf,
 }
 
 /// The all-gather that mirrors `steps` (halving_reduce_scatter's), last step first:
-/// each rank sends the range it kept, now complete, and receives the range it sent.
+/// each rank sends the range it kept, now complete, and receives the range it sent — into the
+/// receives in `gathers` where halving_reduce_scatter posted them.
 template <class Ctx>
 void mirror_all_gather(Ctx& c, std::byte* buf, std::span<const std::size_t> goff,
-                       const std::vector<halving_step>& steps) {
-  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    const auto sl = static_cast<std::size_t>(it->send_lo),
-               sh = static_cast<std::size_t>(it->send_hi);
-    const auto kl = static_cast<std::size_t>(it->keep_lo),
-               kh = static_cast<std::size_t>(it->keep_hi);
-    c.sendrecv(it->partner, buf + goff[kl], goff[kh] - goff[kl], it->partner, buf + goff[sl],
-               goff[sh] - goff[sl]);
+                       const std::vector<halving_step>& steps,
+                       std::vector<typename Ctx::request>* gathers = nullptr) {
+  for (std::size_t i = steps.size(); i-- > 0;) {
+    const halving_step& st = steps[i];
+    const auto sl = static_cast<std::size_t>(st.send_lo), sh = static_cast<std::size_t>(st.send_hi);
+    const auto kl = static_cast<std::size_t>(st.keep_lo), kh = static_cast<std::size_t>(st.keep_hi);
+    if (gathers == nullptr) {
+      c.sendrecv(st.partner, buf + goff[kl], goff[kh] - goff[kl], st.partner, buf + goff[sl],
+                 goff[sh] - goff[sl]);
+      continue;
+    }
+    auto sr = c.isend(st.partner, buf + goff[kl], goff[kh] - goff[kl]);
+    c.wait((*gathers)[i]);
+    c.wait(sr);
   }
 }
 
