@@ -28,6 +28,12 @@ namespace detail {
   return s == nullptr ? std::string{} : std::string{s};
 }
 
+/// A switch that is on unless the variable says `0`, `off`, `no` or `false` (unset: on).
+[[nodiscard]] inline bool env_switch_on(const char* name) {
+  const std::string v = env_string(name);
+  return v != "0" && v != "off" && v != "no" && v != "false";
+}
+
 /// TUTTI_DEBUG=INFO or DEBUG (any case): tutti writes a line on stderr per notable event
 /// (transport addresses, bucket layouts).
 [[nodiscard]] inline bool debug_info() {

@@ -135,6 +135,10 @@ class shm_channel_send : protected shm_channel_base {
     auto& ctl = v_.channel(s, rank_, q);
     if (share_ && v_.channel(s, q, rank_).single_copy.load(std::memory_order_relaxed) != 0 &&
         shm_share_help(ctl, pr.share, pid(q), [&](std::uint64_t m) {
+          // Acknowledged in order: a message outside the queue's numbers is not this end's
+          // to help with (the common case while it waits: the last one offered is done).
+          if (m < pr.acking.front()->ack || m > pr.acking.back()->ack)
+            return std::pair<const std::byte*, std::size_t>{nullptr, 0};
           for (const shm_op* op : pr.acking)
             if (op->ack == m) return std::pair{op->send_buf, op->bytes};
           return std::pair<const std::byte*, std::size_t>{nullptr, 0};

@@ -74,10 +74,7 @@ namespace tutti::inline v0::detail {
 }
 
 /// Whether this rank offers and takes single copies (TUTTI_SHM_CMA, default on).
-[[nodiscard]] inline bool shm_single_copy_enabled() {
-  const std::string env = env_string("TUTTI_SHM_CMA");
-  return env != "0" && env != "off" && env != "no" && env != "false";
-}
+[[nodiscard]] inline bool shm_single_copy_enabled() { return env_switch_on("TUTTI_SHM_CMA"); }
 
 /// Reads every peer's probe word through process_vm_readv; where it reads back, marks the
 /// peer's user channel to this rank single-copy (its sender may then send addresses).

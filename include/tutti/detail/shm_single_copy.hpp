@@ -28,12 +28,12 @@
 #include <csignal>
 #include <cstddef>
 #include <cstdint>
-#include <string>
 #include <thread>
 
 #include "tutti/core/options.hpp"
 #include "tutti/detail/cma.hpp"
 #include "tutti/detail/shm_layout.hpp"
+#include "tutti/detail/shm_segment.hpp"
 #include "tutti/detail/wait.hpp"
 
 namespace tutti::inline v0::detail {
@@ -48,10 +48,7 @@ inline constexpr std::size_t shm_share_chunk = std::size_t{128} << 10;
 inline constexpr std::size_t shm_share_min = 2 * shm_share_chunk;
 
 /// Whether this rank shares its single copies (TUTTI_SHM_SHARE, default on; for comparisons).
-[[nodiscard]] inline bool shm_share_enabled() {
-  const std::string v = env_string("TUTTI_SHM_SHARE");
-  return v != "0" && v != "off" && v != "no" && v != "false";
-}
+[[nodiscard]] inline bool shm_share_enabled() { return env_switch_on("TUTTI_SHM_SHARE"); }
 
 /// `share` and `helped` hold a message's number above these bits and a chunk index or count in
 /// them.
@@ -122,7 +119,7 @@ inline void shm_share_settle(shm_channel_ctl& ctl, shm_share_state& st, pid_t pi
       cpu_relax();
       continue;
     }
-    if (::kill(pid, 0) != 0 && errno == ESRCH) break;
+    if (!shm_process_alive(pid)) break;
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   st.awaiting = 0;

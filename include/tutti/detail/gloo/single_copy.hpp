@@ -62,9 +62,8 @@ inline void gloo_setup_single_copy(gloo_state& st, clock::time_point deadline) {
   const auto n = static_cast<std::size_t>(st.size);
   st.cma_pid.assign(n, 0);
   if (st.size == 1) return;
-  const std::string env = env_string("TUTTI_GLOO_CMA");
   cma_offer mine;
-  if (env != "0" && env != "off" && env != "no" && env != "false") {
+  if (env_switch_on("TUTTI_GLOO_CMA")) {
     mine.host = cma_host_identity();
     mine.pid = ::getpid();
     std::random_device rd;
