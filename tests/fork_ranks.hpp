@@ -238,6 +238,33 @@ void check_killed_rank(int n, int at, shared_report& rep, Make&& make, Joined&& 
   }
 }
 
+/// Two ranks; rank 1 dies (SIGKILL) after a barrier while rank 0 polls a receive from it with
+/// done() (as MPI_Test loops do). Rank 0 must raise peer_lost naming rank 1 within 1 s
+/// (stretched_limit_s), as a blocking wait does. `make(rank)` builds a rank's communicator.
+template <class Make>
+void check_killed_rank_polled(Make&& make) {
+  shared_report rep;
+  const auto status = run_ranks(2, [&](int r) {
+    auto comm = make(r);
+    timed_call(rep.operator->(), r, [&] { comm.barrier(); });
+    if (r == 1) {
+      rep->died_ns = now_ns();
+      raise(SIGKILL);
+    }
+    std::vector<int> v(5, 0);
+    return expect_error(rep.operator->(), r, [&] {
+      const tutti::work w = comm.irecv(std::span<int>(v), 1, 7);
+      while (!w.done()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      w.wait();
+    });
+  });
+  CHECK(WIFSIGNALED(status[1]));
+  check_named_death(status, rep.operator->(), 0, 1);
+  const double seconds = double(rep->caught_ns[0] - rep->died_ns) * 1e-9;
+  CHECK(seconds >= 0.0);
+  CHECK(seconds < stretched_limit_s(rep.operator->(), 2, 1.0));
+}
+
 /// Two ranks; rank 1 stays alive but never calls. Rank 0's broadcast must raise timeout at its
 /// deadline (300 ms), well before 5 s. `make(rank, opts)` builds a rank's communicator.
 template <class Make>

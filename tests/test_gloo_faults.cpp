@@ -284,6 +284,11 @@ TEST_CASE("native: calls of count 0 meet, so a disagreement at count 0 raises to
   }
 }
 
+TEST_CASE("a receive polled with done() from a rank that dies: raises naming it within 1 s") {
+  temp_dir dir;
+  check_killed_rank_polled([&](int r) { return join(dir, r, 2, tutti::options{}); });
+}
+
 TEST_CASE("a rank that never calls: the other times out at its deadline") {
   temp_dir dir;
   check_silent_rank([&](int r, const tutti::options& o) { return join(dir, r, 2, o); });

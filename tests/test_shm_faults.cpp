@@ -168,6 +168,12 @@ TEST_CASE("mismatched calls across processes raise on every rank, naming both si
   }
 }
 
+TEST_CASE("a receive polled with done() from a rank that dies: raises naming it within 1 s") {
+  temp_dir dir;
+  check_killed_rank_polled(
+      [&](int r) { return tutti::communicator<tutti::shm>::from_url(dir.url(), r, 2); });
+}
+
 TEST_CASE("a rank that never calls: the others time out at their deadline") {
   temp_dir dir;
   check_silent_rank([&](int r, const tutti::options& o) {

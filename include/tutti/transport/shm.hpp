@@ -161,14 +161,23 @@ class shm {
   }
 
   /// Moves every posted message as far as it goes without waiting; true once `r` is done (as
-  /// after `wait`). Past `deadline` it waits instead, which raises at once.
+  /// after `wait`). Past `deadline` it waits instead, which raises at once. Every millisecond
+  /// or so it looks at what a wait looks at before it sleeps (aborts, mismatched calls, dead
+  /// peers), so a rank that polls a message from a dead peer learns of it as a waiting one does.
   bool test(request& r, const detail::call& c, detail::clock::time_point deadline) {
     if (!r.op_) return true;
     s_->channels.progress();
     if (!r.op_->complete) {
-      if (detail::clock::now() < deadline) return false;
-      wait(r, c, deadline);
-      return true;
+      const auto now = detail::clock::now();
+      if (now >= deadline) {
+        wait(r, c, deadline);
+        return true;
+      }
+      if (now - s_->last_poll >= std::chrono::milliseconds(1)) {
+        const detail::shm_op* op = r.op_.get();
+        detail::shm_poll(*s_, c, deadline, op->peer, [op] { return op->complete; });
+      }
+      return false;
     }
     if (r.op_->failed)
       throw error(errc::mismatch, c.name_str(), c.seq, s_->rank, r.op_->peer, r.op_->error);
