@@ -22,26 +22,6 @@ namespace {
   TORCH_CHECK(false, "tutti: TUTTI_TORCH_TRANSPORT='", s, "' is not one of auto, shm, gloo");
 }
 
-/// The tensor itself when it is dense and contiguous on the CPU, else a contiguous copy (the
-/// caller copies results back with copy_back).
-[[nodiscard]] at::Tensor dense(const at::Tensor& t) { return t.contiguous(); }
-
-void copy_back(const at::Tensor& to, const at::Tensor& from) {
-  if (!to.is_same(from)) to.copy_(from.view(to.sizes()));
-}
-
-void check_cpu(const at::Tensor& t, const char* call) {
-  TORCH_CHECK(t.device().is_cpu(), "tutti: ", call, " takes CPU tensors; got one on ", t.device(),
-              " (register tutti for cpu and nccl for cuda in one group: ",
-              "init_process_group(\"cpu:tutti,cuda:nccl\"))");
-  TORCH_CHECK(t.layout() == at::kStrided, "tutti: ", call, " takes dense tensors");
-}
-
-void check_one(const std::vector<at::Tensor>& ts, const char* call) {
-  TORCH_CHECK(ts.size() == 1, "tutti: ", call, " takes one tensor per call, got ", ts.size());
-  check_cpu(ts[0], call);
-}
-
 void check_same(const at::Tensor& a, const at::Tensor& b, const char* call) {
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), "tutti: ", call,
               ": tensors must share one dtype, got ", a.scalar_type(), " and ", b.scalar_type());
@@ -95,13 +75,6 @@ void unflat(const at::Tensor& f, const std::vector<at::Tensor>& ts) {
   }
 }
 
-template <class F>
-void visit_typed(any_comm& c, at::ScalarType type, F&& f) {
-  std::visit(
-      [&](auto& comm) { with_type(type, [&]<class T>(type_tag<T>) { f(comm, type_tag<T>{}); }); },
-      c);
-}
-
 /// Every live backend, for shutdown_all.
 std::mutex registry_mu;
 std::set<backend*>& registry() {
@@ -118,6 +91,7 @@ backend::backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int siz
       tstore_(std::make_shared<c10d_store>(store)),
       choice_(choice_from_env()) {
   opts_.timeout = timeout;
+  envelopes_ = size > 2;
   // Which ranks share a host: each rank's identity through the group's store.
   tstore_->set_string("tutti/host/" + std::to_string(rank), host_identity());
   hosts_.resize(static_cast<std::size_t>(size));
@@ -151,9 +125,21 @@ backend::~backend() {
 }
 
 void backend::shutdown() {
+  stopping_ = true;  // receives from any rank stop waiting; posted calls finish
   collectives_->stop();
-  std::lock_guard lock(lanes_mu_);
-  for (auto& [key, l] : lanes_) l->thread.stop();
+  runner* watcher = nullptr;
+  {
+    std::lock_guard lock(any_mu_);
+    watcher = any_thread_.get();
+  }
+  if (watcher != nullptr) watcher->stop();
+  std::vector<lane*> lanes;
+  {
+    std::lock_guard lock(lanes_mu_);
+    for (auto& [key, l] : lanes_) lanes.push_back(l.get());
+  }
+  for (lane* l : lanes) l->thread.stop();
+  fail_pending("tutti: recv from any rank: the process group was shut down");
 }
 
 void backend::shutdown_all() {
@@ -163,20 +149,22 @@ void backend::shutdown_all() {
 
 std::string backend::transport_name() const { return shm_ ? "shm" : "gloo"; }
 
-std::unique_ptr<any_comm> backend::join(const std::string& key, int rank, int size,
-                                        bool shm) const {
+std::unique_ptr<any_comm> backend::join(const std::string& key, int rank, int size, bool shm,
+                                        bool unbounded) const {
+  tutti::options calls = opts_;
+  if (unbounded) calls.timeout = std::chrono::hours(24 * 365);
   if (shm) {
     tutti::shm t = tutti::shm::join(
         rank, size, [&](const std::string& name) { tstore_->set_string(key, name); },
         [&] { return tstore_->get_string(key, opts_.timeout); }, opts_);
-    return std::make_unique<any_comm>(std::in_place_type<shm_comm>, std::move(t), opts_);
+    return std::make_unique<any_comm>(std::in_place_type<shm_comm>, std::move(t), calls);
   }
   // The address that reaches MASTER_ADDR picks the interface (TUTTI_SOCKET_IFNAME overrides).
   const char* host = std::getenv("MASTER_ADDR");
   const char* port = std::getenv("MASTER_PORT");
   tutti::gloo t = tutti::gloo::connect(tstore_, key, rank, size, host ? host : "",
                                        port ? std::atoi(port) : -1, opts_);
-  return std::make_unique<any_comm>(std::in_place_type<gloo_comm>, std::move(t), opts_);
+  return std::make_unique<any_comm>(std::in_place_type<gloo_comm>, std::move(t), calls);
 }
 
 c10::intrusive_ptr<work> backend::post(c10d::OpType type, const char* title, bool async,
@@ -551,76 +539,6 @@ c10::intrusive_ptr<c10d::Work> backend::alltoall(std::vector<at::Tensor>& output
 c10::intrusive_ptr<c10d::Work> backend::barrier(const c10d::BarrierOptions& opts) {
   return post(c10d::OpType::BARRIER, "barrier", opts.asyncOp, {},
               [this] { std::visit([](auto& c) { c.barrier(); }, *comm_); });
-}
-
-// ---- point-to-point ------------------------------------------------------------------------
-
-backend::lane& backend::lane_to(int peer, bool sending) {
-  TORCH_CHECK(peer >= 0 && peer < getSize() && peer != getRank(),
-              "tutti: ", sending ? "send to " : "recv from ", "rank ", peer,
-              ": the peer must be another rank of the group [0, ", getSize(), ")");
-  std::lock_guard lock(lanes_mu_);
-  auto& l = lanes_[{peer, sending}];
-  if (!l) {
-    l = std::make_unique<lane>();
-    const int src = sending ? getRank() : peer;
-    const int dst = sending ? peer : getRank();
-    const bool shm =
-        shm_ || (choice_ == transport_choice::automatic &&
-                 hosts_[static_cast<std::size_t>(src)] == hosts_[static_cast<std::size_t>(dst)]);
-    lane* raw = l.get();
-    // The two-rank world is joined on the lane's own thread, as its first job: the caller
-    // never waits for the peer to post its first message.
-    auto w = c10::make_intrusive<work>(getRank(), c10d::OpType::UNKNOWN, "p2p join",
-                                       std::vector<at::Tensor>{});
-    raw->thread.post(w, [this, raw, src, dst, sending, shm] {
-      raw->comm = join("tutti/p2p/" + std::to_string(src) + "-" + std::to_string(dst),
-                       sending ? 0 : 1, 2, shm);
-    });
-  }
-  return *l;
-}
-
-c10::intrusive_ptr<c10d::Work> backend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
-  check_one(tensors, "send");
-  const at::Tensor t = tensors[0].contiguous();
-  lane& l = lane_to(dst, true);
-  auto w = c10::make_intrusive<work>(getRank(), c10d::OpType::SEND, "send", tensors);
-  l.thread.post(w, [&l, t, dst, tag] {
-    TORCH_CHECK(l.comm, "tutti: send to rank ", dst, ": joining the two-rank world failed");
-    visit_typed(*l.comm, t.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
-      c.send(std::span<const T>(span_of<T>(t)), 1, static_cast<std::uint64_t>(tag));
-    });
-  });
-  return w;
-}
-
-c10::intrusive_ptr<c10d::Work> backend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
-  check_one(tensors, "recv");
-  const at::Tensor t = tensors[0];
-  lane& l = lane_to(src, false);
-  auto w = c10::make_intrusive<work>(getRank(), c10d::OpType::RECV, "recv", tensors);
-  w->set_source(src);
-  l.thread.post(w, [&l, t, src, tag] {
-    TORCH_CHECK(l.comm, "tutti: recv from rank ", src, ": joining the two-rank world failed");
-    const at::Tensor d = dense(t);
-    visit_typed(*l.comm, d.scalar_type(), [&]<class C, class T>(C& c, type_tag<T>) {
-      c.recv(span_of<T>(d), 0, static_cast<std::uint64_t>(tag));
-    });
-    copy_back(t, d);
-  });
-  return w;
-}
-
-c10::intrusive_ptr<c10d::Work> backend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  // With two ranks the source is the other one. Beyond that a receive from any rank needs a
-  // transport that can match a message from any peer, which tutti's do not have yet.
-  TORCH_CHECK(getSize() == 2, "tutti: recv without a source (from any rank) works only in a ",
-              "group of 2 ranks so far; this one has ", getSize(), ": pass src");
-  const int src = 1 - getRank();
-  auto w = recv(tensors, src, tag);
-  static_cast<work*>(w.get())->set_source(src);
-  return w;
 }
 
 }  // namespace tutti_torch

@@ -6,9 +6,18 @@
 /// one). Collectives run in call order on one thread per group; point-to-point messages run on
 /// a thread per peer and direction, each over its own two-rank world, so sends never wait
 /// behind receives (a pair exchanging with isend/irecv in any order cannot deadlock).
+///
+/// In a group of 3 or more ranks each message is announced by an envelope (its tag, 8 bytes,
+/// sent just before it on the same world) so that a receive from any rank (recvAnysource) can
+/// learn which peer has a message with its tag before taking it. Receives match as MPI's do:
+/// a message goes to the earliest-posted receive that matches it (same tag; same source, or
+/// any), and messages from one rank with one tag arrive in the order sent.
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,6 +33,7 @@
 #include <tutti/transport/gloo.hpp>
 #include <tutti/transport/shm.hpp>
 
+#include "dispatch.hpp"
 #include "runner.hpp"
 
 namespace tutti_torch {
@@ -31,6 +41,14 @@ namespace tutti_torch {
 using shm_comm = tutti::communicator<tutti::shm>;
 using gloo_comm = tutti::communicator<tutti::gloo>;
 using any_comm = std::variant<shm_comm, gloo_comm>;
+
+/// Calls f(comm, type_tag<T>{}) with the communicator `c` holds and the element type of `type`.
+template <class F>
+void visit_typed(any_comm& c, at::ScalarType type, F&& f) {
+  std::visit(
+      [&](auto& comm) { with_type(type, [&]<class T>(type_tag<T>) { f(comm, type_tag<T>{}); }); },
+      c);
+}
 
 /// Which transport a group runs over (TUTTI_TORCH_TRANSPORT).
 enum class transport_choice { automatic, shm, gloo };
@@ -98,20 +116,61 @@ class backend final : public c10d::Backend {
   static void shutdown_all();
 
  private:
+  /// A receive (from one rank, or from any) until its message is in place.
+  struct p2p_recv {
+    uint64_t tag = 0;
+    uint64_t order = 0;  // posting order among the group's receives
+    at::Tensor t, d;     // the caller's tensor and the dense one the message lands in
+    c10::intrusive_ptr<work> w;
+    std::chrono::steady_clock::time_point deadline;
+    bool claimed = false;  // a message was assigned to it (under any_mu_)
+  };
+
   /// Messages one way between this rank and one peer: their own thread and two-rank world
   /// (sender rank 0, receiver rank 1), joined on the thread when the first message is posted.
   struct lane {
+    int peer = -1;
     std::unique_ptr<any_comm> comm;
-    runner thread;  // last: joined (finishing its jobs) before comm goes
+    // Receiving lanes with envelopes; the thread's own:
+    std::array<int64_t, 1> envelope{};  // where the next envelope lands
+    tutti::work envelope_wait;          // its receive, when posted
+    bool envelope_posted = false;
+    std::string broken;            // why a message timed out half-way: the lane cannot go on
+    std::vector<at::Tensor> kept;  // buffers such a message may still be using
+    // Under any_mu_:
+    std::deque<std::pair<uint64_t, uint64_t>> arrived;  // (tag, arrival) of unclaimed envelopes
+    std::deque<std::shared_ptr<p2p_recv>> waiting;      // receives from this peer, unmatched
+    std::deque<std::shared_ptr<p2p_recv>> claims;       // matched, payloads to take in order
+    bool scouting = false;  // a job on the thread takes envelopes for receives from any rank
+    runner thread;          // last: joined (finishing its jobs) before comm goes
   };
 
   /// Runs fn in order with the group's other calls: on the caller's thread when the call is
   /// blocking (`async` false) and nothing is queued, else on the group's thread.
   c10::intrusive_ptr<work> post(c10d::OpType type, const char* title, bool async,
                                 std::vector<at::Tensor> outputs, std::function<void()> fn);
-  [[nodiscard]] std::unique_ptr<any_comm> join(const std::string& key, int rank, int size,
-                                               bool shm) const;
+  /// Joins the world `key` names. `unbounded`: its calls have no deadline of their own (the
+  /// caller bounds its waits: a lane's receive of envelopes stays posted between calls).
+  [[nodiscard]] std::unique_ptr<any_comm> join(const std::string& key, int rank, int size, bool shm,
+                                               bool unbounded = false) const;
   lane& lane_to(int peer, bool sending);
+  [[nodiscard]] lane* find_lane(int peer, bool sending);
+  [[nodiscard]] std::string lane_key(int src, int dst) const;
+
+  // Envelopes and receives from any rank (p2p.cpp).
+  void send_announced(lane& l, const at::Tensor& t, int dst, int tag);
+  void recv_announced(lane& l, const std::shared_ptr<p2p_recv>& r, int src);
+  [[nodiscard]] bool next_envelope(lane& l, std::chrono::steady_clock::time_point until,
+                                   uint64_t& tag);
+  void deposit(lane& l, uint64_t tag);
+  void drain(lane& l);
+  void scout(lane& l);
+  void watch_any();
+  void start_scouts(const std::vector<lane*>& lanes);
+  void finish(const std::shared_ptr<p2p_recv>& r, std::exception_ptr error, int src);
+  void fail_pending(const std::string& why);
+  /// Waits for `w` up to the group's timeout (sooner when the group shuts down).
+  void await(lane& l, const tutti::work& w, std::vector<at::Tensor> keep, const std::string& what);
 
   c10::intrusive_ptr<c10d::Store> store_;
   std::shared_ptr<tutti::bootstrap::store> tstore_;
@@ -123,7 +182,15 @@ class backend final : public c10d::Backend {
   uint64_t seq_ = 0;
   std::mutex lanes_mu_;
   std::map<std::pair<int, bool>, std::unique_ptr<lane>> lanes_;
-  std::unique_ptr<runner> collectives_;  // last: joined first, while the rest still lives
+  bool envelopes_ = false;  // a group of 3+ ranks: messages are announced
+  std::atomic<bool> stopping_{false};
+  std::mutex any_mu_;
+  std::deque<std::shared_ptr<p2p_recv>> anys_;  // receives from any rank, unmatched
+  uint64_t orders_ = 0;                         // receives posted
+  uint64_t arrivals_ = 0;                       // envelopes taken
+  bool watching_ = false;                       // watch_any is queued or running
+  std::unique_ptr<runner> any_thread_;          // runs watch_any
+  std::unique_ptr<runner> collectives_;         // last: joined first, while the rest still lives
 };
 
 }  // namespace tutti_torch

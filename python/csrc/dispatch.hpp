@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -120,6 +121,26 @@ void with_op(const c10d::ReduceOp& op, at::ScalarType dtype, F&& f) {
 template <class T>
 [[nodiscard]] std::span<T> span_of(const at::Tensor& t) {
   return {reinterpret_cast<T*>(t.data_ptr()), static_cast<std::size_t>(t.numel())};
+}
+
+/// The tensor itself when it is dense and contiguous on the CPU, else a contiguous copy (the
+/// caller copies results back with copy_back).
+[[nodiscard]] inline at::Tensor dense(const at::Tensor& t) { return t.contiguous(); }
+
+inline void copy_back(const at::Tensor& to, const at::Tensor& from) {
+  if (!to.is_same(from)) to.copy_(from.view(to.sizes()));
+}
+
+inline void check_cpu(const at::Tensor& t, const char* call) {
+  TORCH_CHECK(t.device().is_cpu(), "tutti: ", call, " takes CPU tensors; got one on ", t.device(),
+              " (register tutti for cpu and nccl for cuda in one group: ",
+              "init_process_group(\"cpu:tutti,cuda:nccl\"))");
+  TORCH_CHECK(t.layout() == at::kStrided, "tutti: ", call, " takes dense tensors");
+}
+
+inline void check_one(const std::vector<at::Tensor>& ts, const char* call) {
+  TORCH_CHECK(ts.size() == 1, "tutti: ", call, " takes one tensor per call, got ", ts.size());
+  check_cpu(ts[0], call);
 }
 
 }  // namespace tutti_torch

@@ -78,6 +78,20 @@ class work final : public c10d::Work {
   }
 }
 
+/// `e` as torch raises it: a c10::Error as it is, anything else as a DistBackendError with its
+/// message (tutti's errors among them).
+[[nodiscard]] inline std::exception_ptr as_backend_error(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const c10::Error&) {
+    return e;
+  } catch (const std::exception& x) {
+    return backend_error(x.what());
+  } catch (...) {
+    return backend_error("tutti: unknown exception");
+  }
+}
+
 /// A thread that runs posted jobs one after another and completes each job's work with the
 /// job's outcome. tutti's errors reach Python as DistBackendError with tutti's message.
 class runner {
@@ -125,6 +139,12 @@ class runner {
     if (wake) cv_.notify_one();
   }
 
+  /// Jobs posted and not yet started.
+  [[nodiscard]] std::size_t queued() {
+    std::lock_guard lock(mu_);
+    return jobs_.size();
+  }
+
  private:
   struct job {
     c10::intrusive_ptr<work> w;
@@ -152,12 +172,8 @@ class runner {
     std::exception_ptr error;
     try {
       j.fn();
-    } catch (const c10::Error&) {
-      error = std::current_exception();
-    } catch (const std::exception& e) {
-      error = backend_error(e.what());
     } catch (...) {
-      error = backend_error("tutti: unknown exception");
+      error = as_backend_error(std::current_exception());
     }
     j.fn = nullptr;  // drop the tensors it holds before waking the waiter
     j.w->complete(error);

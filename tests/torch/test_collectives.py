@@ -262,24 +262,62 @@ def point_to_point(rank, size, gloo):
             same(x, values(dt, 17, left), f"batch_isend_irecv {dt}")
             same(y, values(dt, 17, right, 1), f"batch_isend_irecv {dt} other way")
 
-    # recv without a source: tutti takes it in a group of 2 ranks (the source is the other
-    # rank) and refuses it, saying so, in larger groups; gloo takes both.
+    # recv without a source, as torch's own test does it: each rank in turn takes a message
+    # from every other rank twice over (recv, then irecv), in whatever order they come.
     for g in (None, gloo):
-        if size == 2:
-            z = torch.zeros(6)
-            if rank == 0:
-                dist.send(torch.arange(6.0) + 1, 1, group=g, tag=9)
-            else:
-                src = dist.recv(z, group=g, tag=9)
-                harness.check(src == 0, f"recv from any source: source {src}")
-                same(z, torch.arange(6.0) + 1, "recv from any source")
-        elif g is None:
-            try:
-                dist.recv(torch.zeros(1), tag=9)
-            except RuntimeError as e:
-                harness.check("only in a group of 2 ranks" in str(e), f"recv any source: {e}")
-            else:
-                raise AssertionError("recv from any source at 3+ ranks returned")
+        for receiver in range(size):
+            if rank != receiver:
+                for _ in range(2):
+                    dist.send(torch.full((10,), float(rank)), receiver, group=g, tag=9)
+                continue
+            sources = []
+            for _ in range(size - 1):
+                z = torch.full((10,), -1.0)
+                sources.append(dist.recv(z, group=g, tag=9))
+                same(z, torch.full((10,), float(sources[-1])), "recv from any source")
+                z = torch.full((10,), -1.0)
+                w = dist.irecv(z, group=g, tag=9)
+                w.wait()
+                sources.append(w._source_rank())
+                same(z, torch.full((10,), float(sources[-1])), "irecv from any source")
+            harness.check(sorted(sources) == sorted([r for r in range(size) if r != rank] * 2),
+                          f"recv from any source: sources {sources}")
+    if size > 2:
+        any_source_order(rank, size)
+
+
+def any_source_order(rank, size):
+    """Receives from any rank match as MPI's do: a message goes to the earliest-posted receive
+    that wants it, and messages from one rank with one tag arrive in order. (tutti's promise;
+    gloo's order differs.)"""
+    if rank == 1:
+        for v in (1.0, 2.0, 3.0):  # tag 5, in order
+            dist.send(torch.full((3,), v), 0, tag=5)
+        dist.send(torch.full((3,), 4.0), 0, tag=7)  # comes before tag 8
+        dist.send(torch.full((70_000,), 5.0), 0, tag=8)
+    elif rank == 2:
+        dist.send(torch.full((3,), 6.0), 0, tag=6)
+    elif rank == 0:
+        a, b, c, d = (torch.zeros(3) for _ in range(4))
+        works = [dist.irecv(a, tag=5), dist.irecv(b, 1, tag=5), dist.irecv(c, tag=6),
+                 dist.irecv(d, tag=5)]
+        for w in works:
+            w.wait()
+        harness.check([w._source_rank() for w in works] == [1, 1, 2, 1],
+                      f"any-source order: sources {[w._source_rank() for w in works]}")
+        same(torch.stack([a, b, c, d]), torch.tensor([1.0, 2.0, 6.0, 3.0]).repeat_interleave(3)
+             .view(4, 3), "any-source order: earliest-posted receive first")
+        # The tag-7 message comes first; a receive from rank 1 with tag 8 is posted first. (A
+        # blocking receive of tag 8 first would wait for ever over Gloo, whose sends wait for
+        # their receive: an unsafe program in MPI's terms.)
+        big, late = torch.zeros(70_000), torch.zeros(3)
+        w8, w7 = dist.irecv(big, 1, tag=8), dist.irecv(late, tag=7)
+        w8.wait()
+        w7.wait()
+        harness.check(w7._source_rank() == 1, "any-source: a message that came first")
+        same(late, torch.full((3,), 4.0), "any-source: a message that came first")
+        same(big, torch.full((70_000,), 5.0), "any-source: the one after it")
+    dist.barrier()
 
 
 def objects(rank, size, gloo):

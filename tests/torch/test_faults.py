@@ -50,13 +50,33 @@ def killed_mid_training(rank, size, init, q):
     os._exit(0)
 
 
-def test_killed_rank(size):
+def killed_while_received_from_any(rank, size, init, q):
+    """The last rank sends every other rank one message and dies; their next receive from any
+    rank raises, naming it."""
+    import datetime
+    dist.init_process_group("tutti", init_method=init, rank=rank, world_size=size,
+                            timeout=datetime.timedelta(seconds=PG_TIMEOUT_S))
+    victim = size - 1
+    try:
+        if rank == victim:
+            for r in range(size - 1):
+                dist.send(torch.ones(5), r, tag=1)
+            os.kill(os.getpid(), signal.SIGKILL)
+        harness.check(dist.recv(torch.zeros(5), tag=1) == victim, "the first message")
+        dist.recv(torch.zeros(5), tag=1)
+        q.put((rank, "finished without an error"))
+    except Exception as e:  # noqa: BLE001  (reported to the parent)
+        q.put((rank, f"raised {type(e).__name__}: {e}", time.monotonic()))
+    os._exit(0)
+
+
+def test_killed_rank(size, target=killed_mid_training):
     ctx = mp.get_context("spawn")
     q = ctx.SimpleQueue()
     import tempfile
     with tempfile.TemporaryDirectory() as d:
         init = "file://" + os.path.join(d, "init")
-        procs = [ctx.Process(target=killed_mid_training, args=(r, size, init, q))
+        procs = [ctx.Process(target=target, args=(r, size, init, q))
                  for r in range(size)]
         for p in procs:
             p.start()
@@ -137,6 +157,20 @@ def timeouts(rank, size, init):
         store.wait(["gave_up"])
         dist.all_reduce(t, group=late)
     harness.check(t.tolist() == [size * (size + 1) / 2] * 4, f"late all_reduce: {t.tolist()}")
+    # A receive from any rank that no rank sends to: its group's timeout (1 s; the others wait
+    # outside the group meanwhile).
+    short = dist.new_group(backend="tutti", timeout=datetime.timedelta(seconds=1))
+    if rank == 0 and size > 2:
+        try:
+            dist.recv(torch.zeros(2), tag=11, group=short)
+        except dist.DistBackendError as e:
+            harness.check("timed out" in str(e), f"recv from any rank: {e}")
+            print(f"     rank 0: {str(e).splitlines()[0][:200]}", flush=True)
+        else:
+            raise AssertionError("a receive from any rank that nobody sends to returned")
+        store.set("any_done", "1")
+    elif size > 2:
+        store.wait(["any_done"], datetime.timedelta(seconds=600))
     # The group's 3 s timeout: the last rank never calls; the others raise a timeout.
     if rank != size - 1:
         try:
@@ -159,6 +193,11 @@ if __name__ == "__main__":
             test_killed_rank(size)
             print(f"ok   killed rank at {size} ranks ({time.monotonic() - start:.1f} s)",
                   flush=True)
+            if size > 2:
+                start = time.monotonic()
+                test_killed_rank(size, killed_while_received_from_any)
+                print(f"ok   killed rank while received from any at {size} ranks "
+                      f"({time.monotonic() - start:.1f} s)", flush=True)
             start = time.monotonic()
             harness.spawn(mismatched, size)
             print(f"ok   mismatched calls at {size} ranks ({time.monotonic() - start:.1f} s)",
