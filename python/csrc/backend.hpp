@@ -104,6 +104,11 @@ class backend final : public c10d::Backend {
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  /// Rank 0 waits (opts.timeout) for every other rank to arrive and raises naming the ranks
+  /// that did not, as gloo's does; the others wait for rank 0's verdict and raise with it. It
+  /// meets through the group's store, not the transport, so a rank stuck in a collective or a
+  /// broken group cannot hold it up.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
@@ -180,6 +185,7 @@ class backend final : public c10d::Backend {
   bool shm_ = false;                // the group's collectives run over tutti::shm
   std::unique_ptr<any_comm> comm_;
   uint64_t seq_ = 0;
+  uint64_t monitored_ = 0;  // monitored barriers so far
   std::mutex lanes_mu_;
   std::map<std::pair<int, bool>, std::unique_ptr<lane>> lanes_;
   bool envelopes_ = false;  // a group of 3+ ranks: messages are announced

@@ -157,6 +157,43 @@ def timeouts(rank, size, init):
         store.wait(["gave_up"])
         dist.all_reduce(t, group=late)
     harness.check(t.tolist() == [size * (size + 1) / 2] * 4, f"late all_reduce: {t.tolist()}")
+    # monitored_barrier: every rank comes; then the last one does not (rank 0 names it, the
+    # others raise with rank 0's verdict); then, with wait_all_ranks, every rank but rank 0
+    # stays away and rank 0 names them all.
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=600))
+    if rank != size - 1:
+        try:
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=1))
+        except dist.DistBackendError as e:
+            harness.check(f"Rank {size - 1} failed to pass monitoredBarrier in 1000 ms" in str(e),
+                          f"rank {rank}: monitored_barrier: {e}")
+            if rank == 1:
+                print(f"     rank 1: {str(e).splitlines()[0][:200]}", flush=True)
+        else:
+            raise AssertionError(f"rank {rank}: monitored_barrier without rank {size - 1} returned")
+        store.set(f"monitored{rank}", "1")
+    else:  # late, after the verdict: raises at once with it
+        store.wait([f"monitored{r}" for r in range(size - 1)], datetime.timedelta(seconds=600))
+        try:
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=600))
+        except dist.DistBackendError as e:
+            harness.check("failed on rank 0" in str(e), f"late rank: monitored_barrier: {e}")
+        else:
+            raise AssertionError("a late rank passed a monitored_barrier that had failed")
+    if rank == 0:
+        try:
+            dist.monitored_barrier(timeout=datetime.timedelta(milliseconds=300),
+                                   wait_all_ranks=True)
+        except dist.DistBackendError as e:
+            absent = ", ".join(str(r) for r in range(1, size))
+            harness.check(("Ranks " + absent if size > 2 else "Rank 1") in str(e),
+                          f"monitored_barrier(wait_all_ranks): {e}")
+            print(f"     rank 0: {str(e).splitlines()[0][:200]}", flush=True)
+        else:
+            raise AssertionError("monitored_barrier(wait_all_ranks) without the others returned")
+        store.set("monitored_all", "1")
+    else:
+        store.wait(["monitored_all"], datetime.timedelta(seconds=600))
     # A receive from any rank that no rank sends to: its group's timeout (1 s; the others wait
     # outside the group meanwhile).
     short = dist.new_group(backend="tutti", timeout=datetime.timedelta(seconds=1))
