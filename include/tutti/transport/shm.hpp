@@ -42,6 +42,7 @@
 #include "tutti/detail/shm_failure.hpp"
 #include "tutti/detail/shm_join.hpp"
 #include "tutti/detail/shm_layout.hpp"
+#include "tutti/detail/shm_request.hpp"
 #include "tutti/detail/shm_segment.hpp"
 #include "tutti/detail/shm_state.hpp"
 #include "tutti/detail/split.hpp"
@@ -61,44 +62,8 @@ class shm {
                                     .gamma_us_per_byte = 1.0 / 8000.0,
                                     .segment_beta_us_per_byte = 1.0 / 8000.0};
 
-  /// A posted send or receive; waited on with `shm::wait`. Destroyed unwaited, it withdraws
-  /// its message (a message already partly moved breaks the communicator's channels). A
-  /// pending request must not outlive the transport that posted it.
-  class request {
-   public:
-    request() = default;
-    request(request&&) noexcept = default;
-    request& operator=(request&& o) noexcept {
-      if (this != &o) {
-        release();
-        op_ = std::move(o.op_);
-        s_ = o.s_;
-      }
-      return *this;
-    }
-    request(const request&) = delete;
-    request& operator=(const request&) = delete;
-    ~request() { release(); }
-    [[nodiscard]] bool done() const noexcept { return !op_ || op_->complete; }
-
-   private:
-    friend class shm;
-    void release() noexcept {
-      if (op_ && !op_->complete && !s_->channels.cancel(op_.get())) {
-        s_->broken = true;
-        s_->view.abort(errc::aborted, "rank " + std::to_string(s_->rank) +
-                                          " abandoned a message half sent or received");
-      }
-      if (op_ && op_->complete)
-        s_->give_op(std::move(op_));
-      else
-        op_.reset();  // withdrawn or abandoned: the channels may still know it; not reused
-    }
-    std::unique_ptr<detail::shm_op> op_;
-    // Not owning (a reference count would cost two atomic operations per message): whoever
-    // posts requests destroys the pending ones before the transport (the communicator does).
-    detail::shm_state* s_ = nullptr;
-  };
+  /// A posted send or receive; waited on with `shm::wait` (detail/shm_request.hpp).
+  using request = detail::shm_request;
 
   /// Joins the world whose segment `name` rank 0 created (rank 0: creates it). Prefer
   /// `communicator<shm>::from_env()` / `from_url()`, which run the rendezvous for you.
