@@ -12,7 +12,6 @@ Prints a markdown table: time per call (µs) for each backend, and gloo / tutti.
 """
 
 import argparse
-import json
 import sys
 import time
 import warnings
@@ -20,7 +19,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from common import run_ranks
+from common import best_of_rounds, run_ranks, save_results
 
 warnings.filterwarnings("ignore")
 
@@ -60,20 +59,12 @@ def worker(rank, size, init, args, out):
     for nbytes in sizes(args.min, args.max):
         n = max(1, nbytes // 4)
         t = torch.ones(n)
-        # calls per round: about args.seconds of the slower backend, agreed from rank 0
-        est = torch.tensor([0.0], dtype=torch.float64)
-        for name, g in groups.items():
-            timed(t, g, 2)  # warm up
-            est = torch.maximum(est, torch.tensor([timed(t, g, 1)], dtype=torch.float64))
-        dist.broadcast(est, 0, group=groups["gloo"])
-        calls = int(min(args.max_calls, max(args.min_calls, args.seconds / est.item())))
-        best = {}
-        for _ in range(args.rounds):
-            for name, g in groups.items():
-                t.fill_(1.0)
-                dt = torch.tensor([timed(t, g, calls)], dtype=torch.float64)
-                dist.all_reduce(dt, op=dist.ReduceOp.MAX, group=groups["gloo"])
-                best[name] = min(best.get(name, float("inf")), dt.item())
+
+        def time_one(g, calls):
+            t.fill_(1.0)  # repeated sums of ones grow to inf
+            return timed(t, g, calls)
+
+        calls, best = best_of_rounds(groups, time_one, args, args.min_calls)
         check = torch.full((n,), float(rank + 1))
         for name, g in groups.items():
             c = check.clone()
@@ -86,11 +77,7 @@ def worker(rank, size, init, args, out):
             print(f"  {human(nbytes):>8}: tutti {best['tutti'] * 1e6:10.2f} us, "
                   f"gloo {best['gloo'] * 1e6:10.2f} us ({calls} calls x {args.rounds})",
                   file=sys.stderr, flush=True)
-    if rank == 0:
-        with open(out, "w") as f:
-            json.dump({"np": size, "torch": torch.__version__,
-                       "transport": __import__("tutti_torch").transport(),
-                       "results": results}, f)
+    save_results(out, rank, results, np=size)
     dist.destroy_process_group()
 
 

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from allreduce import human, parse_bytes
-from common import run_ranks
+from common import best_of_rounds, run_ranks, save_results
 
 warnings.filterwarnings("ignore")
 
@@ -33,7 +33,7 @@ def sizes(lo, hi):
 
 
 def ping_pong(t, group, calls, rank, any_source):
-    """Seconds per message over `calls` round trips between ranks 0 and 1 of `group`."""
+    """Seconds per round trip between ranks 0 and 1 of `group`, over `calls` of them."""
     dist.barrier(group=group)
     start = time.perf_counter()
     if rank == 0:
@@ -44,31 +44,19 @@ def ping_pong(t, group, calls, rank, any_source):
         for _ in range(calls):
             dist.recv(t, 0, group=group)
             dist.send(t, 0, group=group)
-    return (time.perf_counter() - start) / (2 * calls)
+    return (time.perf_counter() - start) / calls
 
 
 def worker(rank, size, init, args, out):
-    import json
-
     import tutti_torch  # noqa: F401
     dist.init_process_group("tutti", init_method=init, rank=rank, world_size=size)
     groups = {"tutti": None, "gloo": dist.new_group(backend="gloo")}
     results = []
     for nbytes in sizes(args.min, args.max):
         t = torch.ones(max(1, nbytes // 4))
-        est = torch.tensor([0.0], dtype=torch.float64)
-        for g in groups.values():
-            ping_pong(t, g, 2, rank, args.any)  # warm up (joins the pair's world)
-            est = torch.maximum(est, torch.tensor([ping_pong(t, g, 1, rank, args.any)],
-                                                  dtype=torch.float64))
-        dist.broadcast(est, 0, group=groups["gloo"])
-        calls = int(min(args.max_calls, max(2, args.seconds / (2 * est.item()))))
-        best = {}
-        for _ in range(args.rounds):
-            for name, g in groups.items():
-                dt = torch.tensor([ping_pong(t, g, calls, rank, args.any)], dtype=torch.float64)
-                dist.all_reduce(dt, op=dist.ReduceOp.MAX, group=groups["gloo"])
-                best[name] = min(best.get(name, float("inf")), dt.item())
+        calls, trips = best_of_rounds(
+            groups, lambda g, calls: ping_pong(t, g, calls, rank, args.any), args, 2)
+        best = {k: v / 2 for k, v in trips.items()}  # a message: half a round trip
         for name, g in groups.items():
             c = torch.full(t.shape, 7.0) if rank == 0 else torch.zeros(t.shape)
             if rank == 0:
@@ -83,11 +71,7 @@ def worker(rank, size, init, args, out):
             print(f"  {human(nbytes):>8}: tutti {best['tutti'] * 1e6:10.2f} us, "
                   f"gloo {best['gloo'] * 1e6:10.2f} us ({calls} round trips x {args.rounds})",
                   file=sys.stderr, flush=True)
-    if rank == 0:
-        with open(out, "w") as f:
-            json.dump({"np": size, "any": args.any, "torch": torch.__version__,
-                       "transport": __import__("tutti_torch").transport(),
-                       "results": results}, f)
+    save_results(out, rank, results, np=size, any=args.any)
     dist.destroy_process_group()
 
 

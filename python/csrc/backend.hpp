@@ -163,6 +163,9 @@ class backend final : public c10d::Backend {
   [[nodiscard]] std::string lane_key(int src, int dst) const;
 
   // Envelopes and receives from any rank (p2p.cpp).
+  /// A receive into `t` completing `w`, due within the group's timeout.
+  [[nodiscard]] std::shared_ptr<p2p_recv> receive(const at::Tensor& t, int tag,
+                                                  c10::intrusive_ptr<work> w) const;
   void send_announced(lane& l, const at::Tensor& t, int dst, int tag);
   void recv_announced(lane& l, const std::shared_ptr<p2p_recv>& r, int src);
   [[nodiscard]] bool next_envelope(lane& l, std::chrono::steady_clock::time_point until,

@@ -171,12 +171,7 @@ c10::intrusive_ptr<c10d::Work> backend::recv(std::vector<at::Tensor>& tensors, i
     });
     return w;
   }
-  auto r = std::make_shared<p2p_recv>();
-  r->tag = static_cast<uint64_t>(tag);
-  r->t = t;
-  r->d = dense(t);
-  r->w = w;
-  r->deadline = clock::now() + opts_.timeout;
+  const auto r = receive(t, tag, w);
   {
     std::lock_guard lock(any_mu_);
     r->order = ++orders_;
@@ -193,6 +188,17 @@ c10::intrusive_ptr<c10d::Work> backend::recv(std::vector<at::Tensor>& tensors, i
   }
   l.thread.post(side_job(getRank()), [this, &l, r, src] { recv_announced(l, r, src); });
   return w;
+}
+
+std::shared_ptr<backend::p2p_recv> backend::receive(const at::Tensor& t, int tag,
+                                                    c10::intrusive_ptr<work> w) const {
+  auto r = std::make_shared<p2p_recv>();
+  r->tag = static_cast<uint64_t>(tag);
+  r->t = t;
+  r->d = dense(t);
+  r->w = std::move(w);
+  r->deadline = clock::now() + opts_.timeout;
+  return r;
 }
 
 void backend::recv_announced(lane& l, const std::shared_ptr<p2p_recv>& r, int src) {
@@ -244,12 +250,7 @@ c10::intrusive_ptr<c10d::Work> backend::recvAnysource(std::vector<at::Tensor>& t
   const at::Tensor t = tensors[0];
   auto w = c10::make_intrusive<work>(getRank(), c10d::OpType::RECVANYSOURCE, "recv from any rank",
                                      tensors);
-  auto r = std::make_shared<p2p_recv>();
-  r->tag = static_cast<uint64_t>(tag);
-  r->t = t;
-  r->d = dense(t);
-  r->w = w;
-  r->deadline = clock::now() + opts_.timeout;
+  const auto r = receive(t, tag, w);
   lane* from = nullptr;
   bool watch = false;
   std::vector<lane*> scouts;  // receiving lanes without a scout yet
