@@ -26,7 +26,7 @@ setup(
     ext_modules=[
         CppExtension(
             name="tutti_torch._C",
-            sources=["csrc/backend.cpp", "csrc/p2p.cpp", "csrc/module.cpp"],
+            sources=["csrc/backend.cpp", "csrc/p2p.cpp", "csrc/sparse.cpp", "csrc/module.cpp"],
             include_dirs=[str(include)],
             define_macros=[("TUTTI_HAVE_GLOO", "1"), ("HIREDIS_NESTED_INCLUDE", None)],
             # libgloo before libtorch: this module's Gloo symbols bind to Debian's libgloo,

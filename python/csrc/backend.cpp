@@ -193,6 +193,9 @@ c10::intrusive_ptr<c10d::Work> backend::broadcast(std::vector<at::Tensor>& tenso
 
 c10::intrusive_ptr<c10d::Work> backend::allreduce(std::vector<at::Tensor>& tensors,
                                                   const c10d::AllreduceOptions& opts) {
+  // torch hands sparse tensors on the CPU to allreduce too
+  if (tensors.size() == 1 && tensors[0].layout() == at::kSparse)
+    return allreduce_sparse(tensors, opts);
   check_one(tensors, "all_reduce");
   const at::Tensor t = tensors[0];
   const c10d::ReduceOp op = opts.reduceOp;

@@ -67,6 +67,10 @@ class backend final : public c10d::Backend {
                                            const c10d::BroadcastOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override;
+  /// Sums sparse COO tensors (ReduceOp.SUM only, as gloo): each rank's indices and values
+  /// gathered, then coalesced; the tensor ends coalesced (sparse.cpp).
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
@@ -161,6 +165,9 @@ class backend final : public c10d::Backend {
   lane& lane_to(int peer, bool sending);
   [[nodiscard]] lane* find_lane(int peer, bool sending);
   [[nodiscard]] std::string lane_key(int src, int dst) const;
+
+  /// allreduce_sparse's job, on the group's thread.
+  void sum_sparse(const at::Tensor& t);
 
   // Envelopes and receives from any rank (p2p.cpp).
   /// A receive into `t` completing `w`, due within the group's timeout.

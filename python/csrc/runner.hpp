@@ -33,13 +33,14 @@ class work final : public c10d::Work {
         future_(c10::make_intrusive<c10::ivalue::Future>(
             c10::ListType::create(c10::TensorType::get()))) {}
 
-  /// Marks the call finished (with its error, if any) and completes the future.
+  /// Completes the future, then marks the call finished (with its error, if any): as gloo's,
+  /// so a caller returning from wait() finds the future complete too.
   void complete(std::exception_ptr error) {
-    finish(error);
     if (error)
       future_->setError(error);
     else
       future_->markCompleted(c10::IValue(outputs_));
+    finish(error);
   }
 
   bool wait(std::chrono::milliseconds timeout) override {

@@ -362,6 +362,73 @@ def groups(rank, size, gloo):
                   f"one host: the world runs over shm unless told ({tutti_torch.transport()})")
 
 
+def sparse_input(dt, rank, hybrid=False, empty=False):
+    """Rank `rank`'s sparse COO tensor: rank + 2 nonzeros, one index repeated (uncoalesced),
+    some shared with other ranks; `hybrid`: a dense row of 3 per nonzero."""
+    n = 0 if empty else rank + 2
+    rows = [(rank * 2 + k) % 6 for k in range(n - 1)] + ([rank % 6] if n else [])
+    cols = [(rank + k) % 4 for k in range(n)]
+    if hybrid:
+        idx = torch.tensor([rows], dtype=torch.int64).view(1, n)
+        vals = torch.stack([values(dt, 3, rank, k) for k in range(n)]) if n else \
+            torch.zeros(0, 3, dtype=dt)
+        return torch.sparse_coo_tensor(idx, vals, (6, 3))
+    idx = torch.tensor([rows, cols], dtype=torch.int64).view(2, n)
+    return torch.sparse_coo_tensor(idx, values(dt, n, rank), (6, 4))
+
+
+def sparse_reference(inputs):
+    """The coalesced sum of every rank's sparse tensor (indices, values, dense), computed
+    here in float64 / int64."""
+    wide = torch.float64 if inputs[0].dtype.is_floating_point else torch.int64
+    dt = inputs[0].dtype
+    total = torch.sparse_coo_tensor(torch.cat([t._indices() for t in inputs], 1),
+                                    torch.cat([t._values().to(wide) for t in inputs]),
+                                    inputs[0].shape).coalesce()
+    vals = total._values() != 0 if dt == torch.bool else total._values().to(dt)
+    dense = total.to_dense() != 0 if dt == torch.bool else total.to_dense().to(dt)
+    return [total._indices(), vals, dense]
+
+
+def sparse(rank, size, gloo):
+    """all_reduce of sparse COO tensors (what DDP sends for sparse gradients): SUM only, every
+    dtype, hybrid tensors, a rank with no nonzeros; the result coalesced, as gloo's."""
+    for dt in DTYPES:
+        for hybrid, empty_rank in ((False, -1), (True, -1), (False, 0)):
+            def make(r):
+                return sparse_input(dt, r, hybrid, r == empty_rank)
+
+            def all_reduce(g):
+                t = make(rank)
+                w = dist.all_reduce(t, group=g, async_op=True)
+                w.wait()
+                got = w.get_future().value()[0]
+                harness.check(t.is_coalesced() and torch.equal(got.to_dense(), t.to_dense()),
+                              "the work's future holds the coalesced sum")
+                return [t._indices(), t._values(), t.to_dense()]
+            compare(f"all_reduce of a sparse {dt} tensor (hybrid {hybrid}, empty rank "
+                    f"{empty_rank})", all_reduce, gloo,
+                    sparse_reference([make(r) for r in range(size)]))
+    for op in ("MAX", "AVG", "PRODUCT"):
+        try:
+            dist.all_reduce(sparse_input(torch.float32, rank), getattr(dist.ReduceOp, op))
+        except RuntimeError as e:
+            harness.check(f"sums (ReduceOp.SUM); ReduceOp.{op} is not supported" in str(e), str(e))
+        else:
+            raise AssertionError(f"sparse all_reduce with {op} returned")
+    if size > 1:  # one rank's tensor has another shape: every rank raises, naming it
+        last = size - 1
+        t = torch.sparse_coo_tensor(torch.tensor([[0], [0]]), torch.ones(1),
+                                    (6, 5 if rank == last else 4))
+        try:
+            dist.all_reduce(t)
+        except RuntimeError as e:
+            harness.check(f"rank {last}'s is 6 x 5, rank 0's 6 x 4" in str(e), str(e))
+        else:
+            raise AssertionError("sparse all_reduce of different shapes returned")
+    dist.barrier()
+
+
 def bad_arguments(rank, size, gloo):
     """Calls tutti refuses on every rank before anything is sent, saying what is wrong."""
     cases = [
@@ -385,7 +452,8 @@ def bad_arguments(rank, size, gloo):
 def run_all(rank, size, init):
     dist.init_process_group("tutti", init_method=init, rank=rank, world_size=size)
     gloo = dist.new_group(backend="gloo")
-    for part in (reductions, data_movement, point_to_point, objects, groups, bad_arguments):
+    for part in (reductions, sparse, data_movement, point_to_point, objects, groups,
+                 bad_arguments):
         part(rank, size, gloo)
     dist.destroy_process_group()
 

@@ -1,7 +1,8 @@
 """DDP on "tutti" against DDP on "gloo": the same model, data and options trained for K steps
 in the same processes end with identical parameters at 2 ranks and within 1e-6 relative at 3-4
 (sums in another order round differently). Options: plain, no_sync accumulation,
-find_unused_parameters, static_graph, the fp16 compression hook, join with uneven inputs.
+find_unused_parameters, static_graph, the fp16 compression hook, join with uneven inputs,
+and sparse gradients (an nn.Embedding(sparse=True): DDP all-reduces them as sparse tensors).
 
     python tests/torch/test_ddp.py        # world sizes 2-4 (TUTTI_TORCH_SIZES=2)
 """
@@ -32,7 +33,22 @@ class Net(torch.nn.Module):
         return self.b(torch.relu(self.a(x)))
 
 
-def batches(rank, n):
+class SparseNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 8, sparse=True)
+        self.out = torch.nn.Linear(8, 4)
+
+    def forward(self, idx):
+        return self.out(self.emb(idx).sum(1))
+
+
+def batches(rank, n, sparse=False):
+    if sparse:  # 16 samples of 5 row indices each: ranks touch different, overlapping rows
+        g = torch.Generator().manual_seed(2000 + rank)
+        return [(torch.randint(0, 50, (16, 5), generator=g), torch.randn(16, 4, generator=g))
+                for _ in range(n)]
+
     g = torch.Generator().manual_seed(1000 + rank)
     return [(torch.randn(16, 8, generator=g), torch.randn(16, 4, generator=g)) for _ in range(n)]
 
@@ -46,7 +62,8 @@ def train(model, group, rank, scenario):
     ddp = DDP(model, **kw)
     if scenario == "fp16_hook":
         ddp.register_comm_hook(group, default_hooks.fp16_compress_hook)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    # torch's SGD takes sparse gradients without momentum only
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.0 if scenario == "sparse" else 0.9)
     loss_fn = torch.nn.MSELoss()
 
     def step(x, y):
@@ -68,7 +85,7 @@ def train(model, group, rank, scenario):
                 step(x, y)
                 opt.step()
     else:
-        for x, y in batches(rank, STEPS):
+        for x, y in batches(rank, STEPS, sparse=scenario == "sparse"):
             opt.zero_grad()
             step(x, y)
             opt.step()
@@ -79,9 +96,10 @@ def run(rank, size, init):
     dist.init_process_group("tutti", init_method=init, rank=rank, world_size=size)
     gloo = dist.new_group(backend="gloo")
     for scenario in ["plain", "no_sync", "find_unused_parameters", "static_graph", "fp16_hook",
-                     "join"]:
+                     "join", "sparse"]:
         torch.manual_seed(0)
-        model = Net(unused=scenario == "find_unused_parameters")
+        model = SparseNet() if scenario == "sparse" else \
+            Net(unused=scenario == "find_unused_parameters")
         on_tutti = train(copy.deepcopy(model), None, rank, scenario)
         on_gloo = train(copy.deepcopy(model), gloo, rank, scenario)
         start = [p.detach() for p in model.parameters()]
