@@ -109,8 +109,9 @@ CPP
   return 1
 }
 
-# The virtual environment the torch tests and benchmarks use: torch and numpy from PyPI, and
-# tutti_torch (python/) built against that torch. TUTTI_TORCH_VENV picks its place (default
+# The virtual environment the torch tests and benchmarks use: torch, numpy and expecttest (what
+# torch's own test modules import: tests/torch/torch_suite.py) from PyPI, and tutti_torch
+# (python/) built against that torch. TUTTI_TORCH_VENV picks its place (default
 # build/torch-venv); torch is installed once (about 5 GB with its CUDA libraries; it runs on
 # the CPU), tutti_torch rebuilt every time. Prints the venv's python on stdout.
 tutti_torch_venv() {
@@ -120,10 +121,10 @@ tutti_torch_venv() {
     tutti_step "torch: creating the virtual environment $venv" >&2
     python3 -m venv "$venv" >&2 || return 1
   fi
-  if ! "$py" -c 'import torch, numpy' >/dev/null 2>&1; then
-    tutti_step "torch: pip install torch numpy (from PyPI)" >&2
+  if ! "$py" -c 'import torch, numpy, expecttest' >/dev/null 2>&1; then
+    tutti_step "torch: pip install torch numpy expecttest (from PyPI)" >&2
     "$py" -m pip install --quiet --upgrade pip >&2 || return 1
-    "$py" -m pip install --quiet torch numpy >&2 || return 1
+    "$py" -m pip install --quiet torch numpy expecttest >&2 || return 1
   fi
   tutti_step "torch: pip install --no-build-isolation ./python (tutti_torch, $("$py" -c 'import torch; print("torch", torch.__version__)'))" >&2
   "$py" -m pip install --quiet --no-build-isolation "$TUTTI_ROOT/python" >&2 || return 1

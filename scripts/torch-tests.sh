@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The torch tests: tutti as a torch.distributed backend, against torch's own gloo, with torch
 # from PyPI in a virtual environment this script creates (scripts/lib.sh: tutti_torch_venv).
-#   bash scripts/torch-tests.sh
+#   bash scripts/torch-tests.sh        (TUTTI_TORCH_SUITE=1: also torch's own suite, ~25 min)
 # Each test prints its time; exits non-zero if any fails.
 set -euo pipefail
 
@@ -47,6 +47,16 @@ run "torch's TCPStore protocol: torch_tcp_store, tutti programs under torchrun" 
 run "torchrun --nnodes=2 across two network namespaces: the DDP tutorial and a C++ program" \
   bash -c 'bash tests/torch/test_two_nodes.sh "$1" "$2"; rc=$?; ((rc == 77)) && rc=0; exit $rc' \
   _ "$py" "$cpp/tests/agent_store_prog"
+
+# torch's own tests for distributed backends (the suite torch runs on gloo), with tutti as
+# every rank's default group: about 12 minutes per world size here, so only when asked.
+if [[ "${TUTTI_TORCH_SUITE:-0}" == 1 ]]; then
+  for n in 2 3; do
+    run "torch's distributed_test suite, gloo's selection, on tutti, $n ranks" \
+      env BACKEND=tutti TUTTI_SUITE_AS=gloo WORLD_SIZE=$n OMP_NUM_THREADS=1 \
+      "$py" tests/torch/torch_suite.py
+  done
+fi
 
 if ((${#failed[@]})); then
   printf '\ntorch tests FAILED: %s\n' "${failed[*]}"

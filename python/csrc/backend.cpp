@@ -542,50 +542,67 @@ c10::intrusive_ptr<c10d::Work> backend::alltoall(std::vector<at::Tensor>& output
 
 void backend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
   using clock = std::chrono::steady_clock;
-  const auto timeout = opts.timeout.count() > 0 ? opts.timeout : opts_.timeout;
+  using std::chrono::milliseconds;
+  // A negative timeout is torch's kUnsetTimeout (the group's); zero is a timeout, as in gloo.
+  const milliseconds timeout = opts.timeout.count() >= 0 ? opts.timeout : opts_.timeout;
+  const auto start = clock::now();
   // Rank 0 gives the others `timeout`; they give rank 0 as long again (at least 1 s more) to
   // say how that went.
   const auto waited = getRank() == 0 ? timeout : 2 * timeout + std::chrono::seconds(1);
-  const auto until = clock::now() + waited;
   const std::string base = "tutti/monitored_barrier/" + std::to_string(++monitored_) + "/";
   // Whether `key` is in the store by `until` (polled: a timed-out store wait may leave a
   // TCPStore connection out of step).
-  const auto arrives = [&](const std::string& key) {
-    for (auto pause = std::chrono::milliseconds(1);;
-         pause = std::min(2 * pause, std::chrono::milliseconds(20))) {
+  const auto arrives = [&](const std::string& key, clock::time_point until) {
+    for (auto pause = milliseconds(1);; pause = std::min(2 * pause, milliseconds(20))) {
       if (store_->check({key})) return true;
       if (clock::now() >= until) return false;
       std::this_thread::sleep_for(pause);
     }
   };
   const std::string verdict = base + "verdict";
-  const std::string me = "[Rank " + std::to_string(getRank()) + "]: ";
   if (getRank() != 0) {
     store_->set(base + std::to_string(getRank()), std::vector<uint8_t>{1});
-    if (!arrives(verdict))
-      C10_THROW_ERROR(
-          DistBackendError,
-          me + "no word from rank 0 in monitoredBarrier within " +
-              std::to_string(
-                  std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) +
-              " ms");
+    // gloo's words, then what rank 0 said (or that it said nothing in time)
+    const std::string failed = "Rank " + std::to_string(getRank()) +
+                               " successfully reached monitoredBarrier, but received errors while "
+                               "waiting for send/recv from rank 0. Please check rank 0 logs for "
+                               "faulty rank. ";
+    if (!arrives(verdict, start + waited))
+      C10_THROW_ERROR(DistBackendError,
+                      failed + "(No word from rank 0 within " +
+                          std::to_string(std::chrono::duration_cast<milliseconds>(waited).count()) +
+                          " ms.)");
     const std::vector<uint8_t> v = store_->get(verdict);
     if (v.empty()) return;  // every rank arrived
     C10_THROW_ERROR(DistBackendError,
-                    me + "monitoredBarrier failed on rank 0: " + std::string(v.begin(), v.end()));
+                    failed + "(Rank 0 says: " + std::string(v.begin(), v.end()) + ")");
   }
-  std::vector<int> missing;
-  for (int r = 1; r < getSize() && (waitAllRanks || missing.empty()); ++r)
-    if (!arrives(base + std::to_string(r))) missing.push_back(r);
+  // Rank 0 takes the others in order, as gloo's: without wait_all_ranks what is left of the
+  // timeout is checked before each (none left: it timed out), and the first missing rank ends
+  // the wait; with it, every rank is waited for until the timeout and all missing are named.
+  std::vector<int> missing, processed;
   std::string why;
-  if (missing.size() == 1) why = "Rank " + std::to_string(missing[0]);
+  for (int r = 1; r < getSize() && why.empty() && (waitAllRanks || missing.empty()); ++r) {
+    if (!waitAllRanks && clock::now() - start >= timeout) {
+      why = "Rank 0 timed out in monitoredBarrier after " + std::to_string(timeout.count()) +
+            " ms.\n";
+      for (std::size_t i = 0; i < processed.size(); ++i)
+        why += (i == 0 ? "Successfully processed ranks: " : ", ") + std::to_string(processed[i]);
+      if (processed.empty()) why += "No ranks successfully processed in monitoredBarrier.";
+    } else if (arrives(base + std::to_string(r), start + timeout)) {
+      processed.push_back(r);
+    } else {
+      missing.push_back(r);
+    }
+  }
+  if (missing.size() == 1) why = "[Rank 0]: Rank " + std::to_string(missing[0]);
   for (std::size_t i = 0; missing.size() > 1 && i < missing.size(); ++i)
-    why += (i == 0 ? "Ranks " : ", ") + std::to_string(missing[i]);
-  if (!why.empty())
+    why += (i == 0 ? "[Rank 0]: Ranks " : ", ") + std::to_string(missing[i]);
+  if (!missing.empty())
     why += " failed to pass monitoredBarrier in " + std::to_string(timeout.count()) + " ms";
   store_->set(verdict, std::vector<uint8_t>(why.begin(), why.end()));
   for (int r = 1; r < getSize(); ++r) store_->deleteKey(base + std::to_string(r));
-  if (!why.empty()) C10_THROW_ERROR(DistBackendError, me + why);
+  if (!why.empty()) C10_THROW_ERROR(DistBackendError, why);
 }
 
 c10::intrusive_ptr<c10d::Work> backend::barrier(const c10d::BarrierOptions& opts) {

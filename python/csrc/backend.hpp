@@ -108,10 +108,10 @@ class backend final : public c10d::Backend {
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
-  /// Rank 0 waits (opts.timeout) for every other rank to arrive and raises naming the ranks
-  /// that did not, as gloo's does; the others wait for rank 0's verdict and raise with it. It
-  /// meets through the group's store, not the transport, so a rank stuck in a collective or a
-  /// broken group cannot hold it up.
+  /// Rank 0 waits (opts.timeout; zero is a timeout too) for every other rank to arrive and
+  /// raises naming the ranks that did not, in gloo's words; the others wait for rank 0's
+  /// verdict and raise with gloo's words and it. It meets through the group's store, not the
+  /// transport, so a rank stuck in a collective or a broken group cannot hold it up.
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;

@@ -177,7 +177,10 @@ def timeouts(rank, size, init):
         try:
             dist.monitored_barrier(timeout=datetime.timedelta(seconds=600))
         except dist.DistBackendError as e:
-            harness.check("failed on rank 0" in str(e), f"late rank: monitored_barrier: {e}")
+            harness.check(f"Rank {rank} successfully reached monitoredBarrier, but received "
+                          "errors while waiting for send/recv from rank 0" in str(e) and
+                          f"Rank {size - 1} failed to pass monitoredBarrier" in str(e),
+                          f"late rank: monitored_barrier: {e}")
         else:
             raise AssertionError("a late rank passed a monitored_barrier that had failed")
     if rank == 0:
@@ -194,6 +197,18 @@ def timeouts(rank, size, init):
         store.set("monitored_all", "1")
     else:
         store.wait(["monitored_all"], datetime.timedelta(seconds=600))
+    # A timeout of zero is a timeout (gloo's words); on a group of its own, since only rank 0
+    # takes part.
+    alone = dist.new_group(backend="tutti")
+    if rank == 0 and size > 1:
+        try:
+            dist.monitored_barrier(alone, timeout=datetime.timedelta(0))
+        except dist.DistBackendError as e:
+            harness.check("Rank 0 timed out in monitoredBarrier after 0 ms.\nNo ranks "
+                          "successfully processed in monitoredBarrier." in str(e),
+                          f"monitored_barrier(timeout=0): {e}")
+        else:
+            raise AssertionError("monitored_barrier(timeout=0) returned")
     # A receive from any rank that no rank sends to: its group's timeout (1 s; the others wait
     # outside the group meanwhile).
     short = dist.new_group(backend="tutti", timeout=datetime.timedelta(seconds=1))
