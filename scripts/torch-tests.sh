@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The torch tests: tutti as a torch.distributed backend, against torch's own gloo, with torch
 # from PyPI in a virtual environment this script creates (scripts/lib.sh: tutti_torch_venv).
-#   bash scripts/torch-tests.sh        (TUTTI_TORCH_SUITE=1: also torch's own suite, ~25 min)
+#   bash scripts/torch-tests.sh        (TUTTI_TORCH_SUITE=1: also torch's own suite, ~30 min)
 # Each test prints its time; exits non-zero if any fails.
 set -euo pipefail
 
@@ -49,7 +49,7 @@ run "torchrun --nnodes=2 across two network namespaces: the DDP tutorial and a C
   _ "$py" "$cpp/tests/agent_store_prog"
 
 # torch's own tests for distributed backends (the suite torch runs on gloo), with tutti as
-# every rank's default group: about 12 minutes per world size here, so only when asked.
+# every rank's default group: 12-19 minutes per world size here, so only when asked.
 if [[ "${TUTTI_TORCH_SUITE:-0}" == 1 ]]; then
   for n in 2 3; do
     run "torch's distributed_test suite, gloo's selection, on tutti, $n ranks" \
