@@ -25,7 +25,7 @@ if "TEMP_DIR" not in os.environ:  # the suite's barrier and lock files
     _tmp = tempfile.TemporaryDirectory(prefix="tutti-torch-suite-")
     os.environ["TEMP_DIR"] = _tmp.name
 
-import torch  # noqa: E402
+import torch  # noqa: E402,F401  (before torch.testing)
 from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
 
 if os.environ["BACKEND"] == "tutti":
