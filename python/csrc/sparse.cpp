@@ -46,24 +46,21 @@ void backend::sum_sparse(const at::Tensor& t) {
   const auto up = static_cast<std::size_t>(p);
   // 1. Each rank's layout: sparse and dense dimensions, nonzeros. Every rank checks every
   // other's, so a mismatch raises on all of them with the same words.
+  const auto gather_longs = [this](std::span<const int64_t> from, std::span<int64_t> to) {
+    std::visit([&](auto& c) { c.all_gather(from, to); }, *comm_);
+  };
   const std::array<int64_t, 3> mine{in.sparse_dim(), in.dense_dim(), in._nnz()};
   std::vector<int64_t> heads(3 * up);
-  std::visit([&](auto& c) { c.all_gather(std::span<const int64_t>(mine), std::span(heads)); },
-             *comm_);
+  gather_longs(mine, heads);
   const int64_t sd = mine[0];
   const int64_t nd = sd + mine[1];
-  for (std::size_t r = 0; r < up; ++r)
+  for (std::size_t r = 1; r < up; ++r)
     TORCH_CHECK(heads[3 * r] == heads[0] && heads[3 * r + 1] == heads[1], "tutti: all_reduce of ",
                 "sparse tensors: rank ", r, "'s has ", heads[3 * r], " sparse and ",
                 heads[3 * r + 1], " dense dimensions, rank 0's ", heads[0], " and ", heads[1]);
   // 2. Their sizes.
   std::vector<int64_t> sizes(static_cast<std::size_t>(nd) * up);
-  std::visit(
-      [&](auto& c) {
-        c.all_gather(std::span<const int64_t>(in.sizes().data(), static_cast<std::size_t>(nd)),
-                     std::span(sizes));
-      },
-      *comm_);
+  gather_longs({in.sizes().data(), static_cast<std::size_t>(nd)}, sizes);
   for (std::size_t r = 1; r < up; ++r)
     TORCH_CHECK(std::equal(sizes.begin(), sizes.begin() + nd, sizes.begin() + nd * r),
                 "tutti: all_reduce of sparse tensors: rank ", r, "'s is ",
