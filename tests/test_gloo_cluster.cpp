@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -148,4 +149,71 @@ TEST_CASE("cluster: a rank killed mid all_reduce is named, by world rank, on eve
     // of it through an abort, or sees it in the world.
     if (r != 0) CHECK(rep->peer[r] == 3);
   }
+}
+
+namespace {
+
+/// α and β of a flat tutti::gloo world of 4 ranks on two hosts (TUTTI_HOST h0 h0 h1 h1), with
+/// `env` set on every rank before it joins, and of a split child spanning both hosts; checks
+/// that every rank and the child see the same numbers and that `expect` holds. spawn's status.
+template <class Expect>
+int run_link(const std::vector<std::pair<const char*, const char*>>& env, Expect expect) {
+  return tutti::spawn(4, [&env, &expect] {
+    place({0, 0, 1, 1});
+    for (const auto& [k, v] : env) ::setenv(k, v, 1);
+    auto comm = tutti::communicator<tutti::gloo>::from_env();
+    const tutti::cost_model m = comm.transport().world_costs();
+    const std::vector<double> mine{m.alpha_us, m.beta_us_per_byte};
+    std::vector<double> all(8);
+    comm.all_gather(std::span<const double>(mine), std::span<double>(all));
+    auto child = comm.split(comm.rank() % 2, comm.rank());  // {0, 2} and {1, 3}: both hosts
+    const tutti::cost_model c = child->transport().world_costs();
+    std::string bad;
+    for (int q = 0; q < 4; ++q)
+      if (all[2 * q] != mine[0] || all[2 * q + 1] != mine[1])
+        bad = "rank " + std::to_string(q) + " sees another link";
+    if (c.alpha_us != m.alpha_us || c.beta_us_per_byte != m.beta_us_per_byte || c.hosts != 2)
+      bad = "the split child sees another link";
+    if (!(m.alpha_us > 0) || !(m.beta_us_per_byte > 0) || m.hosts != 2 || m.ranks_per_host != 2)
+      bad = "not a link across 2 hosts of 2";
+    if (bad.empty()) bad = expect(m);
+    if (!bad.empty())
+      std::fprintf(stderr, "rank %d: alpha %.17g us, beta %.17g us/B: %s\n", comm.rank(),
+                   m.alpha_us, m.beta_us_per_byte, bad.c_str());
+    return bad.empty() ? 0 : 1;
+  });
+}
+
+}  // namespace
+
+TEST_CASE("gloo across hosts: the link is measured where TUTTI_LINK_GBPS / _ALPHA_US are unset") {
+  const auto none = [](const tutti::cost_model&) { return std::string(); };
+  // These "hosts" share a machine: TCP between them, as between real hosts.
+  const std::pair<const char*, const char*> tcp{"TUTTI_GLOO_CMA", "0"};
+  // Measured: any positive numbers, the same on every rank and in the child (run_link).
+  CHECK(run_link({tcp}, none) == 0);
+  // Both set: nothing measured, exactly what was set.
+  CHECK(run_link({tcp, {"TUTTI_LINK_GBPS", "25"}, {"TUTTI_LINK_ALPHA_US", "7"}},
+                 [](const tutti::cost_model& m) {
+                   return m.alpha_us == 7.0 && m.beta_us_per_byte == 8e-3 / 25 ? "" : "not as set";
+                 }) == 0);
+  // Only the speed set: it stands, the latency is measured.
+  CHECK(run_link({tcp, {"TUTTI_LINK_GBPS", "25"}}, [](const tutti::cost_model& m) {
+          return m.beta_us_per_byte == 8e-3 / 25 ? "" : "TUTTI_LINK_GBPS not kept";
+        }) == 0);
+  // Probe off: Gloo's loopback fit, as before the probe.
+  CHECK(run_link({tcp, {"TUTTI_LINK_PROBE", "0"}}, [](const tutti::cost_model& m) {
+          return m.alpha_us == tutti::gloo::costs.alpha_us &&
+                         m.beta_us_per_byte == tutti::gloo::costs.beta_us_per_byte
+                     ? ""
+                     : "not the loopback fit";
+        }) == 0);
+  // Single copies between the hosts (where this machine allows them): their fit, not measured.
+  if (fork_ranks::siblings_can_read_memory())
+    CHECK(run_link({}, [](const tutti::cost_model& m) {
+            return m.alpha_us == tutti::gloo::single_copy_alpha_us &&
+                           m.beta_us_per_byte == tutti::gloo::single_copy_beta_us_per_byte
+                       ? ""
+                       : "not the single copies' fit";
+          }) == 0);
 }

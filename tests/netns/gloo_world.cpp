@@ -4,7 +4,9 @@
 //   gloo_world check      every policy's collectives, exact values, small and 4 MiB messages;
 //                         the host map, split_host over shm, a split across hosts
 //   gloo_world cluster    (two ranks per namespace) tutti::cluster's levels; hierarchical and
-//                         automatic all_reduce and broadcast, exact values
+//                         automatic all_reduce and broadcast, exact values; the link it
+//                         measured when it joined, no faster than TUTTI_TEST_LINK_MAX_GBPS
+//                         where that is set (run.sh: links shaped to 1 Gbit/s with tbf)
 //   gloo_world kill <k>   rank k kills itself mid-loop; the others must raise peer_lost naming
 //                         it within 1 s (exit 0 if they do)
 // Exit status 0 = everything as expected; prints one line per finding otherwise.
@@ -151,6 +153,15 @@ int check_cluster() {
   if (!t.two_level() || t.hosts().hosts != p / per_host || t.local().size() != per_host) {
     std::printf("rank %d: %s levels: %d hosts, %d on this one\n", r, P::name, t.hosts().hosts,
                 t.local().size());
+    ++bad;
+  }
+  // The link measured at join (TUTTI_LINK_GBPS unset): every rank uses rank 0's numbers, which
+  // a link shaped to a rate cannot beat (a loaded machine only makes them slower).
+  const tutti::cost_model m = t.world_costs();
+  const double gbps = 8e-3 / m.beta_us_per_byte;
+  if (r == 0) std::printf("link measured: %.3g Gbit/s, %.3g us one way\n", gbps, m.alpha_us);
+  if (const char* max = std::getenv("TUTTI_TEST_LINK_MAX_GBPS"); max && gbps > std::atof(max)) {
+    std::printf("rank %d: the link measured %.3g Gbit/s, above its shaping (%s)\n", r, gbps, max);
     ++bad;
   }
   for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{1} << 20}) {

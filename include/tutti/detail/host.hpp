@@ -84,10 +84,12 @@ struct host_map {
 
 namespace detail {
 /// The network between hosts as the user describes it (TUTTI_LINK_GBPS, TUTTI_LINK_ALPHA_US):
-/// 0 where unset. Not a number > 0: errc::invalid_argument, raised when a world joins.
+/// 0 where unset. Not a number > 0: errc::invalid_argument, raised when a world joins. A
+/// tutti::gloo world across hosts measures what is unset (detail/gloo/link_probe.hpp).
 struct link_settings {
   double gbps = 0;
   double alpha_us = 0;
+  bool measured = false;  // a part of it was measured when the world joined
 
   [[nodiscard]] static link_settings from_env(int rank) {
     return {positive_from_env("TUTTI_LINK_GBPS", rank),

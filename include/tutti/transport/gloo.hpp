@@ -153,7 +153,8 @@ class gloo {
   /// `costs` with what this world found at run time, for tutti::automatic: single copies' α
   /// and β where every pair has them (a world on one host), and the ranks per CPU of its most
   /// crowded machine. Across hosts, the link's α and β where TUTTI_LINK_GBPS /
-  /// TUTTI_LINK_ALPHA_US say them, and, with ranks in equal blocks host by host, the hosts and
+  /// TUTTI_LINK_ALPHA_US say them, else as measured when the world joined
+  /// (detail/gloo/link_probe.hpp), and, with ranks in equal blocks host by host, the hosts and
   /// ranks per host (a message inside a host costing `costs`' α and β, loopback TCP), so that
   /// automatic prices which steps cross hosts. The same on every rank.
   [[nodiscard]] cost_model world_costs() const noexcept {
@@ -295,14 +296,16 @@ class gloo {
   /// connections, on a device bound like this one's, meeting through this world's store under
   /// a key of its own (the child's abort and call records live there too). A rank that dies is
   /// named in the child as in any world: its connections close. The child counts this world's
-  /// ranks on this host among its own (host_ranks), so it waits as crowded as this world.
+  /// ranks on this host among its own (host_ranks), so it waits as crowded as this world, and
+  /// takes this world's link between hosts (set or measured) without measuring it again.
   [[nodiscard]] std::optional<gloo> split(const detail::split_plan& p,
                                           const detail::split_exchange&, const options& opts) {
     if (!p.joins()) return std::nullopt;
     const std::string key =
         s_->prefix + "split/" + std::to_string(p.id) + "/" + std::to_string(p.color);
     gloo child(detail::gloo_connect(s_->store, key, p.rank, p.size,
-                                    {s_->attr, "as the parent's: " + s_->address}, opts));
+                                    {s_->attr, "as the parent's: " + s_->address}, opts,
+                                    &s_->link));
     child.share_machine(s_->host_ranks);  // the parent's other ranks on this host still run
     return child;
   }

@@ -121,8 +121,8 @@ class layered : public Remote {
 
   /// The world's costs for tutti::automatic: Remote's (a message between hosts; where the
   /// world spans hosts, TUTTI_LINK_GBPS and TUTTI_LINK_ALPHA_US give a host link's speed and
-  /// latency instead), with the hosts, ranks per host and Local's α and β where both levels
-  /// exist.
+  /// latency instead, and tutti::gloo measures what they leave unset when it joins), with the
+  /// hosts, ranks per host and Local's α and β where both levels exist.
   [[nodiscard]] cost_model world_costs() const noexcept {
     cost_model m = lv_->link.apply(costs_of_remote(), lv_->hosts, Remote::costs.alpha_us,
                                    Remote::costs.beta_us_per_byte);

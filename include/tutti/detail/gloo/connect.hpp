@@ -29,6 +29,7 @@
 #include "tutti/core/options.hpp"
 #include "tutti/detail/cma.hpp"
 #include "tutti/detail/gloo/failure.hpp"
+#include "tutti/detail/gloo/link_probe.hpp"
 #include "tutti/detail/gloo/liveness.hpp"
 #include "tutti/detail/gloo/objects.hpp"
 #include "tutti/detail/gloo/single_copy.hpp"
@@ -141,7 +142,6 @@ inline void gloo_post_sentinels(gloo_state& st) {
 /// (gloo_state::peer_pid: whether a peer's process has ended, without CMA).
 inline void gloo_count_host_ranks(gloo_state& st, clock::time_point deadline) {
   st.host_ids.assign(static_cast<std::size_t>(st.size), host_identity());
-  st.link = link_settings::from_env(st.rank);
   if (st.size == 1) {
     st.hosts = map_identities(st.host_ids, st.rank);
     return;
@@ -197,10 +197,13 @@ inline void gloo_count_host_ranks(gloo_state& st, clock::time_point deadline) {
 }
 
 /// Joins the world of `size` ranks whose rendezvous runs through `store` under `key`, on a TCP
-/// device with attributes `attr` (`why` says how they were chosen, for TUTTI_DEBUG=INFO).
+/// device with attributes `attr` (`why` says how they were chosen, for TUTTI_DEBUG=INFO). The
+/// link between hosts is `inherited` (a split's child: its parent's) or else read from the
+/// environment and measured where unset (gloo_probe_link).
 [[nodiscard]] inline std::shared_ptr<gloo_state> gloo_connect(
     std::shared_ptr<bootstrap::store> store, const std::string& key, int rank, int size,
-    const gloo_device_choice& choice, const options& opts) {
+    const gloo_device_choice& choice, const options& opts,
+    const link_settings* inherited = nullptr) {
   if (size < 1 || rank < 0 || rank >= size)
     throw error(errc::invalid_argument, "", 0, rank, -1,
                 "tutti::gloo: rank " + std::to_string(rank) + " is not in a world of " +
@@ -211,6 +214,7 @@ inline void gloo_count_host_ranks(gloo_state& st, clock::time_point deadline) {
   s->rank = rank;
   s->size = size;
   s->attr = choice.attr;
+  s->link = inherited != nullptr ? *inherited : link_settings::from_env(rank);
   try {
     const sigpipe_guard no_sigpipe;  // also for Gloo's loop thread, started here
     const auto deadline = clock::now() + opts.timeout;
@@ -227,6 +231,7 @@ inline void gloo_count_host_ranks(gloo_state& st, clock::time_point deadline) {
     gloo_post_sentinels(*s);
     gloo_count_host_ranks(*s, deadline);
     gloo_setup_single_copy(*s, deadline);
+    if (inherited == nullptr) gloo_probe_link(*s, deadline);
     s->waker.set_watch([st = s.get()] { gloo_native_watch(*st); });
   } catch (const error&) {
     throw;

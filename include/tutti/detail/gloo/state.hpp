@@ -97,7 +97,7 @@ struct gloo_state {
   int host_ranks = 1;
   std::vector<std::string> host_ids;  // every rank's host (detail/host.hpp), learnt at connect
   host_map hosts;                     // the same, mapped (which ranks share a host)
-  link_settings link;                 // TUTTI_LINK_GBPS, TUTTI_LINK_ALPHA_US, read at connect
+  link_settings link;                 // TUTTI_LINK_GBPS, TUTTI_LINK_ALPHA_US, else measured
   bool oversubscribed = false;
   /// Ranks per CPU on the world's most crowded machine; the same on every rank (costs).
   double ranks_per_cpu = 0;
