@@ -904,3 +904,33 @@ TEST_CASE("automatic on a crowded host weighs every rank's messages: tree where 
   CHECK(tutti::detail::predicted_cost<tutti::direct>(collective::all_reduce, crowded) ==
         2.0 * tutti::detail::predicted_cost<tutti::direct>(collective::all_reduce, uncrowded));
 }
+
+TEST_CASE("automatic across simulated hosts on a crowded machine: tree for small vectors") {
+  // Hosts that share 2 CPUs (bench/netns: every "host" a namespace of one machine), 1 Gbit/s
+  // links: crowding stretches what waits for a CPU (every α, an exchange's twice, bytes inside
+  // a host), not the wire. Measured (bench/RESULTS.md), tree is fastest up to 16 KiB on 4 x 1
+  // and up to 128 KiB on 2 x 2, recursive halving from 512 KiB on 2 x 2.
+  const auto pick = [](int hosts, int per_host, double per_cpu, std::size_t bytes) {
+    tutti::cost_model m = tutti::detail::gloo_costs::tcp;
+    m.ranks_per_cpu = per_cpu;
+    m.alpha_us = 50;
+    m.beta_us_per_byte = 8e-3 / 0.97;
+    m.hosts = hosts;
+    m.ranks_per_host = per_host;
+    m.local_alpha_us = tutti::detail::gloo_costs::tcp.alpha_us;
+    m.local_beta_us_per_byte = tutti::detail::gloo_costs::tcp.beta_us_per_byte;
+    return picked(bytes, hosts * per_host, m, false, point_to_point);
+  };
+  const std::size_t mib = std::size_t{1} << 20;
+  for (std::size_t bytes : {std::size_t{8}, std::size_t{4096}}) {
+    CAPTURE(bytes);
+    CHECK(pick(4, 1, 2.0, bytes) == "tree");
+    CHECK(pick(2, 2, 2.0, bytes) == "tree");
+    // A CPU per rank: recursive doubling's two exchanges cost what tree's four messages do,
+    // and move half the bytes.
+    CHECK(pick(4, 1, 0.0, bytes) == "recursive_doubling");
+  }
+  CHECK(pick(2, 2, 2.0, 16 << 10) == "tree");
+  CHECK(pick(2, 2, 2.0, mib) == "recursive_halving");
+  CHECK(pick(4, 1, 2.0, 16 * mib) == "recursive_halving");
+}
