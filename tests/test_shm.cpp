@@ -1,5 +1,6 @@
 // The collective suite (tests/suite.hpp) across processes over tutti::shm: for every policy
-// and world sizes 1-8 (more ranks than this machine has cores included), tutti::spawn forks
+// and world sizes 1-8 (more ranks than this machine has cores included; under the sanitizers
+// harness::sweep_world_sizes), tutti::spawn forks
 // the ranks, each builds communicator<shm, P>::from_env() and runs the whole sweep; a rank
 // with failures prints them and exits non-zero.
 
@@ -13,7 +14,7 @@ namespace {
 
 template <class P>
 void sweep_policy() {
-  for (int p = 1; p <= 8; ++p) {
+  for (int p : harness::sweep_world_sizes()) {
     CAPTURE(p);
     const int rc = tutti::spawn(p, [] {
       auto comm = tutti::communicator<tutti::shm, P>::from_env();
