@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <span>
@@ -169,7 +170,7 @@ int run_link(const std::vector<std::pair<const char*, const char*>>& env, Expect
     auto child = comm.split(comm.rank() % 2, comm.rank());  // {0, 2} and {1, 3}: both hosts
     const tutti::cost_model c = child->transport().world_costs();
     std::string bad;
-    for (int q = 0; q < 4; ++q)
+    for (std::size_t q = 0; q < 4; ++q)
       if (all[2 * q] != mine[0] || all[2 * q + 1] != mine[1])
         bad = "rank " + std::to_string(q) + " sees another link";
     if (c.alpha_us != m.alpha_us || c.beta_us_per_byte != m.beta_us_per_byte || c.hosts != 2)

@@ -144,7 +144,7 @@ class gloo_probe_pair {
 };
 
 /// What rank 0 measures against `peer`: a small message's one-way time (half the median round
-/// trip) and the link's speed (the slope of the time over the size of large messages).
+/// trip) and the link's speed (large messages' time, less a round trip, over their size).
 [[nodiscard]] inline link_settings gloo_measure_link(gloo_probe_pair& pair) {
   using plan = gloo_probe_plan;
   const auto median = [](std::vector<double> v) {
@@ -153,6 +153,7 @@ class gloo_probe_pair {
   };
   (void)pair.timed(plan::small);  // the first one may find its receive not yet posted
   std::vector<double> rtt;
+  rtt.reserve(plan::round_trips);
   for (int i = 0; i < plan::round_trips; ++i) rtt.push_back(pair.timed(plan::small));
   const double round_trip = median(rtt);
   std::size_t n = plan::first;
@@ -163,6 +164,7 @@ class gloo_probe_pair {
   // (a busy machine) gains a message at most an eighth; otherwise a busy machine only ever
   // makes the link look slower.
   std::vector<double> big;
+  big.reserve(plan::large_messages);
   for (int i = 0; i < plan::large_messages; ++i) big.push_back(pair.timed(2 * n));
   const double t = median(big);
   const double beta = std::max(t - round_trip, t / 2) / static_cast<double>(2 * n);
