@@ -78,25 +78,11 @@ template <class P>
     if (in.across_hosts())
       return predicted_cost<P>(k, in.flat_across_hosts(!requires { P::one_flow_per_link; }));
   } else if (in.across_hosts()) {
-    // Levels priced by the policy. On a crowded machine (simulated hosts) what waits for a
-    // CPU is stretched by the ranks per CPU, a host link's bytes are not: every α, the bytes
-    // inside a host and the reduction; an exchange's α once more, since its crossings need
-    // both partners (and, over Gloo, their loop threads) running at once, where a tree's
-    // message needs its receiver only (bench/RESULTS.md: at two ranks per CPU an exchange step
-    // across hosts cost four of tree's messages, against two uncrowded).
-    if (k == collective::all_reduce && in.crowded()) {
-      cost_model m = in.m;
-      const double r = m.ranks_per_cpu;
-      m.alpha_us *= r;
-      m.exchange_alphas *= r;
-      m.gamma_us_per_byte *= r;
-      m.local_alpha_us *= r;
-      m.local_beta_us_per_byte *= r;
-      m.flat_local_alpha_us *= r;
-      m.flat_local_beta_us_per_byte *= r;
-      const cost_inputs stretched(in.n, in.ranks, m, in.segment, in.slot_bytes);
-      return P::cost(k, stretched).value_or(std::numeric_limits<double>::infinity());
-    }
+    // Levels priced by the policy; on a crowded machine (simulated hosts) what waits for a CPU
+    // stretched (cost_inputs::crowded_across_hosts).
+    if (k == collective::all_reduce && in.crowded())
+      return P::cost(k, in.crowded_across_hosts())
+          .value_or(std::numeric_limits<double>::infinity());
     return P::cost(k, in).value_or(std::numeric_limits<double>::infinity());
   }
   if (k == collective::all_reduce && in.crowded()) {

@@ -102,6 +102,24 @@ struct cost_inputs {
     u.ranks_per_cpu = 0;
     return {n, ranks, u, segment, slot_bytes};
   }
+  /// The same call across hosts on a crowded machine (simulated hosts), as a policy that
+  /// prices the levels sees it: what waits for a CPU stretched by the ranks per CPU, a host
+  /// link's bytes not — every α, the bytes inside a host and the reduction, and an exchange's
+  /// α once more, since its crossings need both partners (and, over Gloo, their loop threads)
+  /// running at once, where a tree's message needs its receiver only (bench/RESULTS.md: at two
+  /// ranks per CPU an exchange step across hosts cost four of tree's messages, two uncrowded).
+  [[nodiscard]] cost_inputs crowded_across_hosts() const noexcept {
+    cost_model s = m;
+    const double r = m.ranks_per_cpu;
+    s.alpha_us *= r;
+    s.exchange_alphas *= r;
+    s.gamma_us_per_byte *= r;
+    s.local_alpha_us *= r;
+    s.local_beta_us_per_byte *= r;
+    s.flat_local_alpha_us *= r;
+    s.flat_local_beta_us_per_byte *= r;
+    return {n, ranks, s, segment, slot_bytes};
+  }
   /// Whether the world spans hosts in two levels (tutti::layered): m's α and β are then a
   /// host link's, and local_alpha_us, local_beta_us_per_byte a message's inside a host.
   [[nodiscard]] bool across_hosts() const noexcept { return m.hosts > 1 && m.ranks_per_host > 0; }

@@ -89,7 +89,6 @@ namespace detail {
 struct link_settings {
   double gbps = 0;
   double alpha_us = 0;
-  bool measured = false;  // a part of it was measured when the world joined
 
   [[nodiscard]] static link_settings from_env(int rank) {
     return {positive_from_env("TUTTI_LINK_GBPS", rank),

@@ -2,8 +2,8 @@
 /// \file
 /// tutti::gloo's measurement of the network between hosts, when a world that spans hosts
 /// joins and TUTTI_LINK_GBPS / TUTTI_LINK_ALPHA_US do not say it: rank 0 and the first rank on
-/// another host time a small message's round trip (α) and how the time of a large one grows
-/// with its size (β), over their Gloo TCP pair, and every rank reads the result from the store.
+/// another host time a small message's round trip (α) and large messages (β) over their Gloo
+/// TCP pair, and every rank reads the result from the store.
 /// Without it, tutti::automatic priced the link at Gloo's loopback fit, as fast as memory, and
 /// chose ring where recursive halving was 1.3-1.5x faster (bench/RESULTS.md).
 
@@ -171,7 +171,6 @@ class gloo_probe_pair {
   link_settings measured;
   measured.alpha_us = std::max(round_trip / 2, 0.1);
   measured.gbps = std::min(8e-3 / beta, 1e6);
-  measured.measured = true;
   return measured;
 }
 
@@ -224,7 +223,6 @@ inline void gloo_probe_link(gloo_state& st, clock::time_point deadline) {
                 "tutti::gloo: rank 0 published an unreadable link measurement: " + got);
   if (st.link.gbps == 0) st.link.gbps = gbps;
   if (st.link.alpha_us == 0) st.link.alpha_us = alpha_us;
-  st.link.measured = true;
   if (debug_info() && st.rank == 0)
     std::fprintf(stderr,
                  "tutti[gloo] rank 0/%d: the link between hosts, measured with rank %d: %.4g "
