@@ -11,7 +11,7 @@ export TUTTI_ROOT
 # gnuplot-nox: bench/plot.
 TUTTI_APT_PACKAGES=(build-essential cmake doctest-dev libbenchmark-dev git ca-certificates
   openmpi-bin libopenmpi-dev libgloo-dev redis-server iproute2 pkg-config python3-venv
-  gnuplot-nox)
+  gnuplot-nox ethtool)
 TUTTI_MIN_CMAKE=3.25
 
 tutti_step() { printf '\n==> %s\n' "$*"; }

@@ -14,7 +14,8 @@
 #   TUTTI_GLOO_CMA=0 tutti-bench ... --algo automatic            (automatic_tcp, not by default)
 #   tutti-bench-gloo all_reduce --algo X                         (gloo_X: Gloo's own)
 # both out of place where the algorithm has that form, time = the slowest rank's mean (-a 3).
-# Runs as root (it makes namespaces); needs iproute2's ip, tc (with RATE), python3, timeout.
+# Runs as root (it makes namespaces); needs iproute2's ip, tc (with RATE), ethtool (with
+# FRAMES=whole), python3, timeout.
 #
 #   bench/netns/compare_hosts.sh
 #   HOSTS=4 RANKS_PER_HOST=1 RATE=1gbit bench/netns/compare_hosts.sh
@@ -34,8 +35,14 @@
 #   RATE (unset: unshaped)          tc rate of every host's link, both directions (e.g. 1gbit,
 #                                   100mbit): a tbf qdisc on the host's end of its veth (its
 #                                   egress) and one on the bridge's end (its ingress)
-#   TBF_BURST (see below)           tbf burst in bytes (tc size syntax); default max(256 KiB,
-#                                   2 ms at RATE)
+#   FRAMES (gso)                    gso: the veths' defaults (64 KiB GSO packets), which need a
+#                                   tbf bucket of 256 KiB (see below); whole: every link sends
+#                                   whole frames (GSO, TSO and GRO off on the veths, ethtool) of
+#                                   MTU bytes, so the bucket can be a few frames and a message
+#                                   pays RATE from its first byte, as on a real link
+#   MTU (9000 with FRAMES=whole)    every link's MTU (jumbo frames, as cluster networks use)
+#   TBF_BURST (see below)           tbf burst in bytes (tc size syntax); default 32 KiB with
+#                                   FRAMES=whole, else max(256 KiB, 2 ms at RATE)
 #   TBF_LATENCY (50ms)              tbf latency (tc time syntax): the queue it may hold
 #   MINBYTES (4)  MAXBYTES (64M)    sizes, nccl-tests syntax (K/M/G), doubling
 #   ROUNDS (2)                      runs per algorithm
@@ -124,22 +131,44 @@ rate_bits() {
 # tbf's parameters. What they do to TCP was measured on 2 namespaces at 1gbit (a 2-core VM, one
 # long TCP stream per direction; tbf counts Ethernet frames, so ~0.957 Gbit/s of payload is the
 # line rate):
-#  - burst is the bucket: it must hold several 64 KiB GSO packets (veth sends them whole) and
-#    the tokens that accrue while tbf's watchdog timer fires late on a busy machine, which are
-#    lost once the bucket is full. burst 16kb (smaller than one GSO packet, which tbf then
+#  - FRAMES=whole: with segmentation offloads off the veths send frames of one MTU, and a
+#    bucket of 32 KiB (3.6 frames of 9000 bytes) keeps both directions at the line rate (iperf3
+#    --bidir: 0.93-0.95 Gbit/s each way), while a message after an idle spell passes at close
+#    to RATE: 64 KiB at 1.37 Gbit/s, 256 KiB at 1.07, 1 MiB at 1.01 (with GSO and a 256 KiB
+#    bucket: 3.06, 4.83 and 1.22), as on a real link. 16 KiB: 0.79 each way; MTU 1500 with
+#    offloads off: 0.31 (each frame costs CPU). The frames cost CPU all the same: with 4 hosts
+#    of one rank on 2 CPUs schedules of many steps take 1.3-1.6x the link's time from 1 MiB
+#    (bench/RESULTS.md).
+#  - FRAMES=gso (the default): burst is the bucket: it must hold several 64 KiB GSO packets
+#    (veth sends them whole) and the tokens that accrue while tbf's watchdog timer fires late
+#    on a busy machine, which are lost once the bucket is full. burst 16kb (smaller than one GSO packet, which tbf then
 #    splits): 0.75 Gbit/s; 64kb: 0.95 one way but only ~0.65 each way with data in both
 #    directions (as all_reduce always has); 128kb and more: 0.95 each way. Hence max(256 KiB,
-#    2 ms at RATE). The price: after an idle spell up to `burst` bytes pass above RATE; every
-#    size is timed over >= 0.2 s after 5 warm-up calls have emptied the bucket, so this is <= 1%.
+#    2 ms at RATE). The price: after an idle spell, and the gaps between a collective's own
+#    steps are ones, up to `burst` bytes pass above RATE (256 KiB at 4.8 Gbit/s), so below
+#    1 MiB every schedule runs faster than a real link allows, and a schedule of many steps
+#    gets a burst at each.
 #  - latency sets the queue: limit = RATE x latency + burst. A queue that overflows drops, and a
 #    lost segment can cost TCP a 200 ms retransmission timeout, which would swamp a collective.
 #    Three hosts sending into one (incast, as several hosts' steps can do with HOSTS >= 3)
 #    dropped ~1800 packets at 2ms, 9 at 10ms, none at 50ms; aggregate throughput was the line
 #    rate in all three. The queue delays packets only while senders outrun the link.
 tbf=()
+frames="${FRAMES:-gso}"
+[[ "$frames" == whole || "$frames" == gso ]] || die "FRAMES must be whole or gso"
+mtu="${MTU:-$([[ "$frames" == whole ]] && echo 9000 || echo 1500)}"
+[[ "$mtu" =~ ^[1-9][0-9]*$ && "$mtu" -ge 1280 && "$mtu" -le 65535 ]] ||
+  die "MTU must be an integer in 1280..65535"
+if [[ "$frames" == whole ]]; then
+  command -v ethtool >/dev/null || skip "FRAMES=whole needs ethtool (apt-get install ethtool)"
+fi
 if [[ -n "$rate" ]]; then
   bits="$(rate_bits "$rate")" || die "RATE '$rate' is not a tc rate such as 1gbit, 100mbit, 10gbit"
-  burst="${TBF_BURST:-$(((bits / 8 / 500) > 262144 ? bits / 8 / 500 : 262144))}"
+  if [[ "$frames" == whole ]]; then
+    burst="${TBF_BURST:-32768}"
+  else
+    burst="${TBF_BURST:-$(((bits / 8 / 500) > 262144 ? bits / 8 / 500 : 262144))}"
+  fi
   tbf=(tbf rate "$rate" burst "$burst" latency "${TBF_LATENCY:-50ms}")
 fi
 
@@ -219,6 +248,14 @@ for ((h = 0; h < hosts; h++)); do
   made+=("$ns")
   ip link add "${tag}v$h" netns "$ns" type veth peer name "p$h" netns "$br"
   ip -n "$ns" link set "${tag}v$h" name eth0
+  ip -n "$ns" link set eth0 mtu "$mtu"
+  ip -n "$br" link set "p$h" mtu "$mtu"
+  if [[ "$frames" == whole ]]; then
+    ip netns exec "$ns" ethtool -K eth0 gso off tso off gro off >/dev/null 2>&1 ||
+      skip "cannot turn segmentation offloads off ('ethtool -K eth0 gso off tso off gro off')"
+    ip netns exec "$br" ethtool -K "p$h" gso off tso off gro off >/dev/null 2>&1 ||
+      skip "cannot turn segmentation offloads off on the bridge's end of a link"
+  fi
   ip -n "$ns" addr add "$(addr_of "$h")/24" dev eth0
   ip -n "$ns" link set eth0 up
   ip -n "$ns" link set lo up
@@ -280,7 +317,8 @@ model="$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
     "load average before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
   echo "- Gloo: Debian libgloo-dev $(dpkg-query -W -f='${Version}' libgloo-dev 2>/dev/null || echo '?')"
   echo "- hosts: $hosts network namespaces on one bridge (veth), $rph ranks each ($np in all);" \
-    "links: $( ((${#tbf[@]})) && echo "tc ${tbf[*]} (bytes), each direction" || echo unshaped)"
+    "links: $( ((${#tbf[@]})) && echo "tc ${tbf[*]} (bytes), each direction" || echo unshaped)," \
+    "MTU $mtu, $([[ "$frames" == whole ]] && echo "whole frames (offloads off)" || echo "GSO packets")"
   echo "- tutti-bench --transport gloo (A@T: --transport T) / tutti-bench-gloo all_reduce --algo A -b $minbytes -e $maxbytes -a 3 --csv;" \
     "best of $rounds interleaved runs${PRIO:+, under chrt -f $PRIO}"
   echo "- raw output: $out"
