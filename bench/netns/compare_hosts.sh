@@ -137,17 +137,17 @@ rate_bits() {
 #    to RATE: 64 KiB at 1.37 Gbit/s, 256 KiB at 1.07, 1 MiB at 1.01 (with GSO and a 256 KiB
 #    bucket: 3.06, 4.83 and 1.22), as on a real link. 16 KiB: 0.79 each way; MTU 1500 with
 #    offloads off: 0.31 (each frame costs CPU). The frames cost CPU all the same: with 4 hosts
-#    of one rank on 2 CPUs schedules of many steps take 1.3-1.6x the link's time from 1 MiB
+#    of one rank on 2 CPUs schedules of many steps take 1.3-1.9x the model's time from 64 KiB
 #    (bench/RESULTS.md).
-#  - FRAMES=gso (the default): burst is the bucket: it must hold several 64 KiB GSO packets
-#    (veth sends them whole) and the tokens that accrue while tbf's watchdog timer fires late
-#    on a busy machine, which are lost once the bucket is full. burst 16kb (smaller than one GSO packet, which tbf then
-#    splits): 0.75 Gbit/s; 64kb: 0.95 one way but only ~0.65 each way with data in both
-#    directions (as all_reduce always has); 128kb and more: 0.95 each way. Hence max(256 KiB,
-#    2 ms at RATE). The price: after an idle spell, and the gaps between a collective's own
-#    steps are ones, up to `burst` bytes pass above RATE (256 KiB at 4.8 Gbit/s), so below
-#    1 MiB every schedule runs faster than a real link allows, and a schedule of many steps
-#    gets a burst at each.
+#  - FRAMES=gso (the default): burst is the bucket: it must hold several 64 KiB GSO packets (veth
+#    sends them whole) and the tokens that accrue while tbf's watchdog timer fires late on a busy
+#    machine, which are lost once the bucket is full. burst 16kb (smaller than one GSO packet,
+#    which tbf then splits): 0.75 Gbit/s; 64kb: 0.95 one way but only ~0.65 each way with data in
+#    both directions (as all_reduce always has); 128kb and more: 0.95 each way. Hence max(256
+#    KiB, 2 ms at RATE). The price: after an idle spell (the gaps between a collective's own
+#    steps among them) up to `burst` bytes pass above RATE (256 KiB at 4.8 Gbit/s), so below 1
+#    MiB every schedule runs faster than a real link allows, and a schedule of many steps gets a
+#    burst at each.
 #  - latency sets the queue: limit = RATE x latency + burst. A queue that overflows drops, and a
 #    lost segment can cost TCP a 200 ms retransmission timeout, which would swamp a collective.
 #    Three hosts sending into one (incast, as several hosts' steps can do with HOSTS >= 3)
