@@ -109,12 +109,11 @@ CPP
   return 1
 }
 
-# The virtual environment the torch tests and benchmarks use: torch, numpy and expecttest (what
-# torch's own test modules import: tests/torch/torch_suite.py) from PyPI, and tutti_torch
-# (python/) built against that torch. TUTTI_TORCH_VENV picks its place (default
-# build/torch-venv); torch is installed once (about 5 GB with its CUDA libraries; it runs on
-# the CPU), tutti_torch rebuilt every time. Prints the venv's python on stdout.
-tutti_torch_venv() {
+# The venv with torch, numpy and expecttest from PyPI (tutti_torch_venv's first half, without
+# tutti_torch): created and installed where missing. Prints the venv's python on stdout.
+# scripts/run-tests.sh starts it in the background while the C++ presets build (the download is
+# about 5 GB; the compilers use the CPUs meanwhile).
+tutti_torch_install() {
   local venv="${TUTTI_TORCH_VENV:-$TUTTI_ROOT/build/torch-venv}"
   local py="$venv/bin/python"
   if [[ ! -x "$py" ]]; then
@@ -126,6 +125,17 @@ tutti_torch_venv() {
     "$py" -m pip install --quiet --upgrade pip >&2 || return 1
     "$py" -m pip install --quiet torch numpy expecttest >&2 || return 1
   fi
+  printf '%s\n' "$py"
+}
+
+# The virtual environment the torch tests and benchmarks use: torch, numpy and expecttest (what
+# torch's own test modules import: tests/torch/torch_suite.py) from PyPI, and tutti_torch
+# (python/) built against that torch. TUTTI_TORCH_VENV picks its place (default
+# build/torch-venv); torch is installed once (about 5 GB with its CUDA libraries; it runs on
+# the CPU), tutti_torch rebuilt every time. Prints the venv's python on stdout.
+tutti_torch_venv() {
+  local py
+  py="$(tutti_torch_install)" || return 1
   tutti_step "torch: pip install --no-build-isolation ./python (tutti_torch, $("$py" -c 'import torch; print("torch", torch.__version__)'))" >&2
   "$py" -m pip install --quiet --no-build-isolation "$TUTTI_ROOT/python" >&2 || return 1
   printf '%s\n' "$py"

@@ -59,16 +59,42 @@ fi
 
 tutti_ensure_deps
 
+# torch's download (about 5 GB from PyPI) runs beside the C++ presets' compiles, which need the
+# CPUs, not the network; the torch preset waits for it. Its output goes to a log, printed there.
+torch_install_pid=""
+torch_install_log="$TUTTI_ROOT/build/torch-install.log"
+if [[ " ${presets[*]} " == *" torch "* ]]; then
+  mkdir -p "$TUTTI_ROOT/build"
+  tutti_step "torch: installing torch from PyPI in the background (log: $torch_install_log)"
+  tutti_torch_install >"$torch_install_log" 2>&1 &
+  torch_install_pid=$!
+  # Not left downloading when this script ends first (TUTTI_FAIL_FAST, an interrupt). Under
+  # set -e a failing command in the trap would become the script's status: none may fail.
+  stop_torch_install() {
+    pkill -P "$torch_install_pid" 2>/dev/null || true
+    kill "$torch_install_pid" 2>/dev/null || true
+  }
+  trap stop_torch_install EXIT
+fi
+
 declare -A result=() seconds=()
 failed=0
 tsan_prefix_known=0
 tsan_prefix=""
 
 declare -A build_seconds=()
+declare -A run_what=([torch]="scripts/torch-tests.sh")
 run_preset() {
   local preset="$1" prefix=() start=$SECONDS
   if [[ "$preset" == torch ]]; then  # not a CMake preset: python/ and tests/torch
-    build_seconds[$preset]=0
+    local install=0
+    if [[ -n "$torch_install_pid" ]]; then
+      tutti_step "[torch] waiting for the background install of torch"
+      wait "$torch_install_pid" || install=$?
+      sed 's/^/    /' "$torch_install_log"
+      ((install == 0)) || { printf 'ERROR: installing torch failed (above)\n' >&2; return 1; }
+    fi
+    build_seconds[$preset]=$((SECONDS - start))  # what was left of the install to wait for
     bash scripts/torch-tests.sh
     return
   fi
@@ -105,13 +131,15 @@ done
 
 tutti_step "summary"
 for preset in "${presets[@]}"; do
-  printf '    %-12s %-8s %5ss (configure + build %ss)\n' "$preset" "${result[$preset]:-skipped}" \
-    "${seconds[$preset]:--}" "${build_seconds[$preset]:--}"
+  what="configure + build"
+  [[ "$preset" != torch ]] || what="waiting for torch's install"
+  printf '    %-12s %-8s %5ss (%s %ss)\n' "$preset" "${result[$preset]:-skipped}" \
+    "${seconds[$preset]:--}" "$what" "${build_seconds[$preset]:--}"
   # For .ci/run's table of stage times.
   if [[ -n "${TUTTI_STAGE_TIMES:-}" && -n "${seconds[$preset]:-}" ]]; then
-    printf '%s\t%s\n' "  $preset: configure + build" "${build_seconds[$preset]:-0}" >>"$TUTTI_STAGE_TIMES"
-    printf '%s\t%s\n' "  $preset: ctest" "$((seconds[$preset] - ${build_seconds[$preset]:-0}))" \
-      >>"$TUTTI_STAGE_TIMES"
+    printf '%s\t%s\n' "  $preset: $what" "${build_seconds[$preset]:-0}" >>"$TUTTI_STAGE_TIMES"
+    printf '%s\t%s\n' "  $preset: ${run_what[$preset]:-ctest}" \
+      "$((seconds[$preset] - ${build_seconds[$preset]:-0}))" >>"$TUTTI_STAGE_TIMES"
   fi
 done
 if ((failed)); then
