@@ -905,21 +905,37 @@ TEST_CASE("automatic on a crowded host weighs every rank's messages: tree where 
         2.0 * tutti::detail::predicted_cost<tutti::direct>(collective::all_reduce, uncrowded));
 }
 
+namespace {
+
+// automatic's pick for an all_reduce of `bytes` over a flat tutti::gloo world of `hosts` x
+// `per_host` ranks, `per_cpu` ranks per CPU, a link of `gbps` with α `alpha_us`, a message
+// inside a host at `inside`'s α and β (gloo::world_costs: a single copy's where every pair on
+// a host has them, else loopback TCP's).
+string_view pick_across_hosts(int hosts, int per_host, double per_cpu, std::size_t bytes,
+                              double alpha_us = 50, double gbps = 0.97,
+                              bool single_copies_inside = false) {
+  namespace costs = tutti::detail::gloo_costs;
+  tutti::cost_model m = costs::tcp;
+  m.ranks_per_cpu = per_cpu;
+  m.alpha_us = alpha_us;
+  m.beta_us_per_byte = 8e-3 / gbps;
+  m.hosts = hosts;
+  m.ranks_per_host = per_host;
+  m.local_alpha_us = single_copies_inside ? costs::single_copy_alpha_us : costs::tcp.alpha_us;
+  m.local_beta_us_per_byte =
+      single_copies_inside ? costs::single_copy_beta_us_per_byte : costs::tcp.beta_us_per_byte;
+  return picked(bytes, hosts * per_host, m, false, point_to_point);
+}
+
+}  // namespace
+
 TEST_CASE("automatic across simulated hosts on a crowded machine: tree for small vectors") {
   // Hosts that share 2 CPUs (bench/netns: every "host" a namespace of one machine), 1 Gbit/s
   // links: crowding stretches what waits for a CPU (every α, an exchange's twice, bytes inside
   // a host), not the wire. Measured (bench/RESULTS.md), tree is fastest up to 16 KiB on 4 x 1
   // and up to 128 KiB on 2 x 2, recursive halving from 512 KiB on 2 x 2.
   const auto pick = [](int hosts, int per_host, double per_cpu, std::size_t bytes) {
-    tutti::cost_model m = tutti::detail::gloo_costs::tcp;
-    m.ranks_per_cpu = per_cpu;
-    m.alpha_us = 50;
-    m.beta_us_per_byte = 8e-3 / 0.97;
-    m.hosts = hosts;
-    m.ranks_per_host = per_host;
-    m.local_alpha_us = tutti::detail::gloo_costs::tcp.alpha_us;
-    m.local_beta_us_per_byte = tutti::detail::gloo_costs::tcp.beta_us_per_byte;
-    return picked(bytes, hosts * per_host, m, false, point_to_point);
+    return pick_across_hosts(hosts, per_host, per_cpu, bytes);
   };
   const std::size_t mib = std::size_t{1} << 20;
   for (std::size_t bytes : {std::size_t{8}, std::size_t{4096}}) {
@@ -933,4 +949,22 @@ TEST_CASE("automatic across simulated hosts on a crowded machine: tree for small
   CHECK(pick(2, 2, 2.0, 16 << 10) == "tree");
   CHECK(pick(2, 2, 2.0, mib) == "recursive_halving");
   CHECK(pick(4, 1, 2.0, 16 * mib) == "recursive_halving");
+}
+
+TEST_CASE("automatic across hosts with single copies inside each: recursive halving from 64 KiB") {
+  // 2 x 2 on the crowded machine, links sending whole frames (bench/RESULTS.md, "Links that send
+  // whole frames": measured 0.996 Gbit/s and 82 µs at join). Recursive halving was the fastest
+  // flat policy from 64 KiB (762 µs against tree's 1,014 at 64 KiB), tree up to 32 KiB. Its
+  // first step joins two ranks of one host, a single copy; priced at loopback TCP's α and β,
+  // automatic picked tree at 64 KiB.
+  const std::size_t kib = 1024;
+  for (std::size_t bytes : {std::size_t{8}, 16 * kib, 32 * kib}) {
+    CAPTURE(bytes);
+    CHECK(pick_across_hosts(2, 2, 2.0, bytes, 82, 0.996, true) == "tree");
+  }
+  for (std::size_t bytes : {64 * kib, 128 * kib, 256 * kib, 1024 * kib}) {
+    CAPTURE(bytes);
+    CHECK(pick_across_hosts(2, 2, 2.0, bytes, 82, 0.996, true) == "recursive_halving");
+  }
+  CHECK(pick_across_hosts(2, 2, 2.0, 64 * kib, 82, 0.996, false) == "tree");
 }

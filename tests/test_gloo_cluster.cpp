@@ -202,18 +202,23 @@ TEST_CASE("gloo across hosts: the link is measured where TUTTI_LINK_GBPS / _ALPH
   CHECK(run_link({tcp, {"TUTTI_LINK_GBPS", "25"}}, [](const tutti::cost_model& m) {
           return m.beta_us_per_byte == 8e-3 / 25 ? "" : "TUTTI_LINK_GBPS not kept";
         }) == 0);
-  // Probe off: Gloo's loopback fit, as before the probe.
+  // Probe off: Gloo's loopback fit, as before the probe; inside a host too (TCP there).
   CHECK(run_link({tcp, {"TUTTI_LINK_PROBE", "0"}}, [](const tutti::cost_model& m) {
           return m.alpha_us == tutti::gloo::costs.alpha_us &&
-                         m.beta_us_per_byte == tutti::gloo::costs.beta_us_per_byte
+                         m.beta_us_per_byte == tutti::gloo::costs.beta_us_per_byte &&
+                         m.local_alpha_us == tutti::gloo::costs.alpha_us &&
+                         m.local_beta_us_per_byte == tutti::gloo::costs.beta_us_per_byte
                      ? ""
                      : "not the loopback fit";
         }) == 0);
-  // Single copies between the hosts (where this machine allows them): their fit, not measured.
+  // Single copies between the hosts and inside them (where this machine allows them): their
+  // fit, not measured.
   if (fork_ranks::siblings_can_read_memory())
     CHECK(run_link({}, [](const tutti::cost_model& m) {
             return m.alpha_us == tutti::gloo::single_copy_alpha_us &&
-                           m.beta_us_per_byte == tutti::gloo::single_copy_beta_us_per_byte
+                           m.beta_us_per_byte == tutti::gloo::single_copy_beta_us_per_byte &&
+                           m.local_alpha_us == tutti::gloo::single_copy_alpha_us &&
+                           m.local_beta_us_per_byte == tutti::gloo::single_copy_beta_us_per_byte
                        ? ""
                        : "not the single copies' fit";
           }) == 0);

@@ -6,13 +6,16 @@
 //   gloo_world cluster    (two ranks per namespace) tutti::cluster's levels; hierarchical and
 //                         automatic all_reduce and broadcast, exact values; the link it
 //                         measured when it joined, no faster than TUTTI_TEST_LINK_MAX_GBPS
-//                         where that is set (run.sh: links shaped to 1 Gbit/s with tbf)
+//                         where that is set (run.sh: links shaped to 1 Gbit/s with tbf);
+//                         a flat message inside a namespace priced as a single copy where
+//                         every pair there has them
 //   gloo_world kill <k>   rank k kills itself mid-loop; the others must raise peer_lost naming
 //                         it within 1 s (exit 0 if they do)
 // Exit status 0 = everything as expected; prints one line per finding otherwise.
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -164,6 +167,24 @@ int check_cluster() {
     std::printf("rank %d: the link measured %.3g Gbit/s, above its shaping (%s)\n", r, gbps, max);
     ++bad;
   }
+  // A flat policy's message between two ranks of a namespace rides gloo's single copies where
+  // every such pair has them (every rank's view gathered here), else TCP: automatic prices it so.
+  int copies = 1;
+  for (int q = 0; q < p; ++q)
+    if (q != r && q / per_host == r / per_host && !t.single_copy(q)) copies = 0;
+  std::vector<int> every(static_cast<std::size_t>(p));
+  comm.all_gather(std::span<const int>(&copies, 1), std::span<int>(every));
+  const bool all_copies = std::ranges::count(every, 1) == p;
+  const double flat_local =
+      all_copies ? tutti::gloo::single_copy_alpha_us : tutti::gloo::costs.alpha_us;
+  if (per_host > 1 && m.flat_local_alpha_us != flat_local) {
+    std::printf(
+        "rank %d: a flat message inside a host priced at %g us, not %g (single copies: %s)\n", r,
+        m.flat_local_alpha_us, flat_local, all_copies ? "every pair" : "not every pair");
+    ++bad;
+  }
+  if (r == 0 && per_host > 1)
+    std::printf("single copies inside every host: %s\n", all_copies ? "yes" : "no");
   for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{1} << 20}) {
     std::vector<std::int64_t> v(n);
     for (std::size_t i = 0; i < n; ++i) v[i] = (r + 1) * static_cast<std::int64_t>(i % 7);

@@ -155,8 +155,11 @@ class gloo {
   /// crowded machine. Across hosts, the link's α and β where TUTTI_LINK_GBPS /
   /// TUTTI_LINK_ALPHA_US say them, else as measured when the world joined
   /// (detail/gloo/link_probe.hpp), and, with ranks in equal blocks host by host, the hosts and
-  /// ranks per host (a message inside a host costing `costs`' α and β, loopback TCP), so that
-  /// automatic prices which steps cross hosts. The same on every rank.
+  /// ranks per host and a message's α and β inside a host: a single copy's where every pair on
+  /// one host has them, else `costs`' (loopback TCP), so that automatic prices which steps
+  /// cross hosts. (An exchange inside a host is then priced at cost_model::exchange_alphas
+  /// single-copy α's, two where one would do: 5 µs against the link's tens.) The same on
+  /// every rank.
   [[nodiscard]] cost_model world_costs() const noexcept {
     cost_model m = costs;
     if (s_->single_copy_world) {  // descriptors in mailboxes: no rendezvous
@@ -165,7 +168,9 @@ class gloo {
       m.exchange_alphas = 1.0;
     }
     m.ranks_per_cpu = s_->ranks_per_cpu;
-    return s_->link.apply(m, s_->hosts, costs.alpha_us, costs.beta_us_per_byte);
+    const bool copies = s_->single_copy_hosts;
+    return s_->link.apply(m, s_->hosts, copies ? single_copy_alpha_us : costs.alpha_us,
+                          copies ? single_copy_beta_us_per_byte : costs.beta_us_per_byte);
   }
   /// Gloo's context, for running Gloo's own algorithms on tutti's connections. Gloo's legacy
   /// algorithm classes (AllreduceRing and friends) set SO_SNDBUF on the connections they use

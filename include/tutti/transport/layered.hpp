@@ -124,16 +124,20 @@ class layered : public Remote {
   /// latency instead, and tutti::gloo measures what they leave unset when it joins), with the
   /// hosts, ranks per host and Local's α and β where both levels exist.
   [[nodiscard]] cost_model world_costs() const noexcept {
-    cost_model m = lv_->link.apply(costs_of_remote(), lv_->hosts, Remote::costs.alpha_us,
-                                   Remote::costs.beta_us_per_byte);
+    const cost_model remote = costs_of_remote();
+    cost_model m =
+        lv_->link.apply(remote, lv_->hosts, Remote::costs.alpha_us, Remote::costs.beta_us_per_byte);
     if (two_level()) {
       m.hosts = lv_->hosts.hosts;
       m.ranks_per_host = lv_->hosts.local_size;
       m.local_alpha_us = Local::costs.alpha_us;
       m.local_beta_us_per_byte = Local::costs.beta_us_per_byte;
-      // A flat policy's messages inside a host ride Remote, as on a flat Remote world.
-      m.flat_local_alpha_us = Remote::costs.alpha_us;
-      m.flat_local_beta_us_per_byte = Remote::costs.beta_us_per_byte;
+      // A flat policy's messages inside a host ride Remote, as on a flat Remote world: at
+      // what Remote's world found there (tutti::gloo: single copies), else Remote's costs.
+      const bool found = remote.hosts > 1 && remote.local_alpha_us > 0;
+      m.flat_local_alpha_us = found ? remote.local_alpha_us : Remote::costs.alpha_us;
+      m.flat_local_beta_us_per_byte =
+          found ? remote.local_beta_us_per_byte : Remote::costs.beta_us_per_byte;
     }
     return m;
   }

@@ -98,25 +98,30 @@ inline void gloo_setup_single_copy(gloo_state& st, clock::time_point deadline) {
     }
   }
   st.store->set_string(key("cma_ok/", st.rank), readable);
-  // Every rank's list, so that every rank knows alike whether every pair has single copies.
+  // Every rank's list, so that every rank knows alike which pairs have single copies.
+  std::vector<std::string> lists(n);
+  lists[static_cast<std::size_t>(st.rank)] = readable;
   std::string with;
-  const auto all_but = [n](const std::string& v, std::size_t self) {
-    if (v.size() != n) return false;
-    for (std::size_t j = 0; j < n; ++j)
-      if (j != self && v[j] != '1') return false;
-    return true;
-  };
-  st.single_copy_world = all_but(readable, static_cast<std::size_t>(st.rank));
   for (int q = 0; q < st.size; ++q) {
     if (q == st.rank) continue;
     const auto i = static_cast<std::size_t>(q);
-    const std::string v = st.store->get_string(key("cma_ok/", q), gloo_left(deadline));
-    st.single_copy_world = st.single_copy_world && all_but(v, i);
-    if (readable[i] == '1' && v.size() == n && v[static_cast<std::size_t>(st.rank)] == '1') {
+    lists[i] = st.store->get_string(key("cma_ok/", q), gloo_left(deadline));
+    if (readable[i] == '1' && lists[i].size() == n &&
+        lists[i][static_cast<std::size_t>(st.rank)] == '1') {
       st.cma_pid[i] = pids[i];
       with += " " + std::to_string(q);
     }
   }
+  // Whether both ranks of every pair that `counts` can read each other's memory.
+  const auto every_pair = [&](auto counts) {
+    for (std::size_t q = 0; q < n; ++q)
+      for (std::size_t j = 0; j < n; ++j)
+        if (j != q && counts(q, j) && (lists[q].size() != n || lists[q][j] != '1')) return false;
+    return true;
+  };
+  st.single_copy_world = every_pair([](std::size_t, std::size_t) { return true; });
+  st.single_copy_hosts = every_pair(
+      [&](std::size_t q, std::size_t j) { return st.hosts.host_of[q] == st.hosts.host_of[j]; });
   if (debug_info())
     std::fprintf(stderr, "tutti[gloo] rank %d/%d: single copies with ranks:%s%s%s\n", st.rank,
                  st.size, with.empty() ? " none" : with.c_str(),

@@ -101,8 +101,10 @@ struct gloo_state {
   bool oversubscribed = false;
   /// Ranks per CPU on the world's most crowded machine; the same on every rank (costs).
   double ranks_per_cpu = 0;
-  /// Whether every pair of ranks has single copies; the same on every rank (costs).
+  /// Whether every pair of ranks has single copies, and every pair on one host (`hosts`); the
+  /// same on every rank (costs).
   bool single_copy_world = false;
+  bool single_copy_hosts = false;
   gloo_waker waker;
 
   [[nodiscard]] std::vector<std::byte> take_staging(std::size_t bytes) {
