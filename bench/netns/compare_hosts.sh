@@ -53,6 +53,9 @@
 #   SLOW_START_AFTER_IDLE (unset)   net.ipv4.tcp_slow_start_after_idle in every host's
 #                                   namespace (0: a connection idle for a while keeps its
 #                                   congestion window; the kernel's default, 1, restarts slow)
+#   CC (unset: the machine's)       net.ipv4.tcp_congestion_control in every host's namespace
+#                                   (cubic: Linux's default; bbr paces at the rate it measured,
+#                                   which tbf's bucket lets run at the veth's speed)
 #   RUN_TIMEOUT (900)               seconds allowed per run (each rank)
 #   BIN_DIR (build/release/bench)   where tutti-bench and tutti-bench-gloo are; they are copied
 #                                   to a private directory at the start, so a rebuild during the
@@ -263,6 +266,11 @@ for ((h = 0; h < hosts; h++)); do
   ip -n "$br" link set "p$h" up
   if [[ -n "${SLOW_START_AFTER_IDLE:-}" ]]; then
     ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_slow_start_after_idle="$SLOW_START_AFTER_IDLE"
+  fi
+  if [[ -n "${CC:-}" ]]; then
+    ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_congestion_control="$CC" ||
+      die "CC=$CC: refused; a namespace may pick one of net.ipv4.tcp_allowed_congestion_control" \
+        "($(sysctl -n net.ipv4.tcp_allowed_congestion_control)), which root sets for the machine"
   fi
   if ((${#tbf[@]})); then
     ip netns exec "$ns" tc qdisc add dev eth0 root "${tbf[@]}" 2>/dev/null ||
