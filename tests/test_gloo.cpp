@@ -66,8 +66,10 @@ void sweep_policy(const std::vector<int>& sizes) {
 }
 
 // Every policy at every size in Release; under the sanitizers (each TCP message there costs
-// much more) the sizes that cover 1, 2, a power of two and the odd ones.
+// much more) the sizes that cover 1, 2, a power of two and the odd ones; under TSan 1-3 (a
+// race needs two ranks; 3 folds one into a power of two as 5 does).
 std::vector<int> sizes() {
+  if (harness::thread_sanitized) return {1, 2, 3};
   if (harness::sanitized) return {1, 2, 3, 5};
   return {1, 2, 3, 4, 5, 6, 7, 8};
 }
@@ -100,7 +102,9 @@ TEST_CASE("gloo bruck: every collective it implements") {
   if (!harness::sanitized) sweep_policy<tutti::bruck>(sizes());
 }
 TEST_CASE("gloo native: every collective Gloo has") { sweep_policy<tutti::native>(sizes()); }
-TEST_CASE("gloo automatic: every collective") { sweep_policy<tutti::automatic>(sizes()); }
+TEST_CASE("gloo automatic: every collective") {
+  if (harness::sweep_automatic) sweep_policy<tutti::automatic>(sizes());
+}
 
 TEST_CASE("large collective messages travel in parts that pair up on both ends") {
   using tutti::gloo;
