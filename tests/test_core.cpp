@@ -908,9 +908,9 @@ TEST_CASE("automatic on a crowded host weighs every rank's messages: tree where 
 namespace {
 
 // automatic's pick for an all_reduce of `bytes` over a flat tutti::gloo world of `hosts` x
-// `per_host` ranks, `per_cpu` ranks per CPU, a link of `gbps` with α `alpha_us`, a message
-// inside a host at `inside`'s α and β (gloo::world_costs: a single copy's where every pair on
-// a host has them, else loopback TCP's).
+// `per_host` ranks, `per_cpu` ranks per CPU, a link of `gbps` with α `alpha_us`, and a message
+// inside a host priced as gloo::world_costs does: a single copy's α and β with
+// `single_copies_inside` (every pair on a host has them), else loopback TCP's.
 string_view pick_across_hosts(int hosts, int per_host, double per_cpu, std::size_t bytes,
                               double alpha_us = 50, double gbps = 0.97,
                               bool single_copies_inside = false) {
