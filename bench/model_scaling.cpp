@@ -104,12 +104,8 @@ int main(int argc, char** argv) {
   }
   namespace gloo_costs = tutti::detail::gloo_costs;
   // A flat policy's message between two ranks of a host (gloo::world_costs).
-  tutti::cost_model flat = gloo_costs::tcp;
-  if (flat_inside == "copies") {
-    flat.alpha_us = gloo_costs::single_copy_alpha_us;
-    flat.beta_us_per_byte = gloo_costs::single_copy_beta_us_per_byte;
-    flat.exchange_alphas = 1.0;  // descriptors in mailboxes: no rendezvous
-  }
+  const tutti::cost_model flat =
+      flat_inside == "copies" ? gloo_costs::single_copy(gloo_costs::tcp) : gloo_costs::tcp;
   const tutti::cost_model local = inside == "shm" ? tutti::shm::costs : flat;
   // Which policies get a column: all but direct and bruck (never picked for all_reduce across
   // hosts); hierarchical only where a host's ranks share memory.

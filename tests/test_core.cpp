@@ -872,11 +872,7 @@ TEST_CASE("automatic on a crowded host weighs every rank's messages: tree where 
   const std::size_t mib = std::size_t{1} << 20;
   for (const bool single_copies : {false, true}) {
     CAPTURE(single_copies);
-    if (single_copies) {
-      m.alpha_us = tutti::detail::gloo_costs::single_copy_alpha_us;
-      m.beta_us_per_byte = tutti::detail::gloo_costs::single_copy_beta_us_per_byte;
-      m.exchange_alphas = 1.0;  // as gloo::world_costs: descriptors in mailboxes
-    }
+    if (single_copies) m = tutti::detail::gloo_costs::single_copy(m);  // as gloo::world_costs
     for (double per_cpu : {0.0, 0.5, 1.0}) {  // unknown or not crowded: the slowest rank's path
       CAPTURE(per_cpu);
       CHECK(pick(8, 4, per_cpu) == "recursive_doubling");
@@ -967,4 +963,27 @@ TEST_CASE("automatic across hosts with single copies inside each: recursive halv
     CHECK(pick_across_hosts(2, 2, 2.0, bytes, 82, 0.996, true) == "recursive_halving");
   }
   CHECK(pick_across_hosts(2, 2, 2.0, 64 * kib, 82, 0.996, false) == "tree");
+}
+
+TEST_CASE("a flat schedule across hosts of one rank each pays only the link") {
+  // No message stays inside a host: a link faster than loopback TCP (100 Gbit/s, 10 µs) prices
+  // every step, not the larger of it and a host's α and β.
+  tutti::cost_model m = tutti::detail::gloo_costs::tcp;
+  m.alpha_us = 10;
+  m.beta_us_per_byte = 8e-3 / 100;
+  tutti::cost_model across = m;
+  across.hosts = 4;
+  across.ranks_per_host = 1;
+  across.local_alpha_us = tutti::detail::gloo_costs::tcp.alpha_us;
+  across.local_beta_us_per_byte = tutti::detail::gloo_costs::tcp.beta_us_per_byte;
+  for (std::size_t bytes : {std::size_t{8}, std::size_t{1} << 20, std::size_t{64} << 20}) {
+    CAPTURE(bytes);
+    const tutti::detail::cost_inputs flat(static_cast<double>(bytes), 4, m),
+        hosts(static_cast<double>(bytes), 4, across);
+    REQUIRE(hosts.across_hosts());
+    CHECK(tutti::detail::predicted_cost<tutti::ring>(collective::all_reduce, hosts) ==
+          tutti::detail::predicted_cost<tutti::ring>(collective::all_reduce, flat));
+    CHECK(tutti::detail::predicted_cost<tutti::direct>(collective::all_reduce, hosts) ==
+          tutti::detail::predicted_cost<tutti::direct>(collective::all_reduce, flat));
+  }
 }

@@ -157,14 +157,18 @@ struct cost_inputs {
                        m.exchange_alphas};
   }
   /// The same call as a flat schedule over every rank sees it: each step waits for its
-  /// slowest message, so α and β are the larger of the link's and a host's; and where the
-  /// step has every rank of a host send to other hosts at once (`shares_links`), they split the
-  /// host's link: β × ranks per host.
+  /// slowest message, so α and β are the larger of the link's and a host's (the link's alone
+  /// where hosts have one rank each: no message stays inside a host); and where the step has
+  /// every rank of a host send to other hosts at once (`shares_links`), they split the host's
+  /// link: β × ranks per host.
   [[nodiscard]] cost_inputs flat_across_hosts(bool shares_links) const noexcept {
     cost_model s = m;
+    const bool inside = m.ranks_per_host > 1;
     const double share = shares_links ? m.ranks_per_host : 1;
-    s.alpha_us = std::max(m.alpha_us, flat_local_alpha_us());
-    s.beta_us_per_byte = std::max(m.beta_us_per_byte * share, flat_local_beta_us_per_byte());
+    s.alpha_us = inside ? std::max(m.alpha_us, flat_local_alpha_us()) : m.alpha_us;
+    s.beta_us_per_byte = inside
+                             ? std::max(m.beta_us_per_byte * share, flat_local_beta_us_per_byte())
+                             : m.beta_us_per_byte * share;
     s.hosts = 0;
     return {n, ranks, s, segment, slot_bytes};
   }

@@ -161,12 +161,7 @@ class gloo {
   /// single-copy α's, two where one would do: 5 µs against the link's tens.) The same on
   /// every rank.
   [[nodiscard]] cost_model world_costs() const noexcept {
-    cost_model m = costs;
-    if (s_->single_copy_world) {  // descriptors in mailboxes: no rendezvous
-      m.alpha_us = single_copy_alpha_us;
-      m.beta_us_per_byte = single_copy_beta_us_per_byte;
-      m.exchange_alphas = 1.0;
-    }
+    cost_model m = s_->single_copy_world ? detail::gloo_costs::single_copy(costs) : costs;
     m.ranks_per_cpu = s_->ranks_per_cpu;
     const bool copies = s_->single_copy_hosts;
     return s_->link.apply(m, s_->hosts, copies ? single_copy_alpha_us : costs.alpha_us,

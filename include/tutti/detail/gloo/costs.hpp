@@ -1,7 +1,7 @@
 #pragma once
 /// \file
-/// tutti::gloo's cost parameters for tutti::automatic (gloo::costs, gloo::single_copy_alpha_us,
-/// gloo::single_copy_beta_us_per_byte), apart from Gloo's headers: code built without Gloo
+/// tutti::gloo's cost parameters for tutti::automatic (gloo::costs, and a message's as a single
+/// copy: gloo_costs::single_copy), apart from Gloo's headers: code built without Gloo
 /// (tests/test_core.cpp) checks automatic's picks against these very numbers.
 
 #include "tutti/detail/cost.hpp"
@@ -24,5 +24,15 @@ inline constexpr cost_model tcp{.alpha_us = 40.0,
 /// (read and reduce 4 MiB) about 1.2 ms, α + n(β + γ) with γ = 1/8000.
 inline constexpr double single_copy_alpha_us = 5.0;
 inline constexpr double single_copy_beta_us_per_byte = 1.0 / 6500.0;
+
+/// `m` where every message is a single copy (a world on one host whose every pair reads the
+/// other's memory: gloo::world_costs): the single copy's α and β, and one α per exchange,
+/// since a descriptor waits in its receiver's mailbox without a rendezvous.
+[[nodiscard]] constexpr cost_model single_copy(cost_model m) noexcept {
+  m.alpha_us = single_copy_alpha_us;
+  m.beta_us_per_byte = single_copy_beta_us_per_byte;
+  m.exchange_alphas = 1.0;
+  return m;
+}
 
 }  // namespace tutti::inline v0::detail::gloo_costs
