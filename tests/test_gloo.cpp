@@ -9,6 +9,7 @@
 // element size (Gloo's own collectives are instantiated per size) — and every TCP message
 // costs tens of microseconds here, so the full matrix would take many minutes per policy.
 
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +19,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -205,6 +208,42 @@ TEST_CASE("large collective messages travel in parts that pair up on both ends")
       });
       CHECK(rc == 0);
     }
+  }
+}
+
+TEST_CASE("Gloo's loop thread runs under SCHED_BATCH; the rank's own thread keeps its policy") {
+  // detail::batch_scheduling_guard (bench/RESULTS.md, "Gloo's loop thread spins on a lock"):
+  // the threads a world starts are its loop thread (SCHED_BATCH), tutti's waker and, on rank
+  // 0, the store's server (SCHED_OTHER). TUTTI_GLOO_LOOP_BATCH=0: none under SCHED_BATCH.
+  for (const bool batch : {true, false}) {
+    CAPTURE(batch);
+    scoped_env env;
+    env.set("TUTTI_GLOO_LOOP_BATCH", batch ? "1" : "0");
+    const int rc = tutti::spawn(2, [batch] {
+      const auto threads = [] {
+        std::set<pid_t> tids;
+        for (const auto& e : std::filesystem::directory_iterator("/proc/self/task"))
+          tids.insert(static_cast<pid_t>(std::stol(e.path().filename().string())));
+        return tids;
+      };
+      const std::set<pid_t> before = threads();
+      auto comm = tutti::communicator<tutti::gloo>::from_env();
+      int started = 0, batched = 0;
+      for (pid_t tid : threads()) {
+        if (before.contains(tid)) continue;
+        ++started;
+        if (sched_getscheduler(tid) == SCHED_BATCH) ++batched;
+      }
+      if (sched_getscheduler(0) != SCHED_OTHER || started < 2 || batched != (batch ? 1 : 0)) {
+        std::fprintf(stderr, "rank %d: policy %d; %d threads started, %d under SCHED_BATCH\n",
+                     comm.rank(), sched_getscheduler(0), started, batched);
+        return 1;
+      }
+      std::vector<int> v(1000, comm.rank() + 1);
+      comm.all_reduce(std::span<int>(v), tutti::sum);
+      return std::all_of(v.begin(), v.end(), [](int x) { return x == 3; }) ? 0 : 1;
+    });
+    CHECK(rc == 0);
   }
 }
 

@@ -218,8 +218,11 @@ inline void gloo_count_host_ranks(gloo_state& st, clock::time_point deadline) {
   try {
     const sigpipe_guard no_sigpipe;  // also for Gloo's loop thread, started here
     const auto deadline = clock::now() + opts.timeout;
-    auto device = std::make_shared<gloo_device>(::gloo::transport::tcp::CreateDevice(choice.attr),
-                                                s->buffers, opts.timeout);
+    auto device = [&] {
+      const batch_scheduling_guard batch;  // Gloo's loop thread under SCHED_BATCH
+      return std::make_shared<gloo_device>(::gloo::transport::tcp::CreateDevice(choice.attr),
+                                           s->buffers, opts.timeout);
+    }();
     s->device = device;
     s->address = s->device->str();
     if (debug_info())
