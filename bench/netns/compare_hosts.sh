@@ -44,6 +44,10 @@
 #   TBF_BURST (see below)           tbf burst in bytes (tc size syntax); default 32 KiB with
 #                                   FRAMES=whole, else max(256 KiB, 2 ms at RATE)
 #   TBF_LATENCY (50ms)              tbf latency (tc time syntax): the queue it may hold
+#   TBF_PEAKRATE (unset)            tbf peakrate (tc rate syntax, above RATE): the fastest the
+#                                   bucket may drain, in a second bucket of two frames (tbf's
+#                                   mtu), so a message after a pause passes at no more than it
+#                                   instead of at the veth's speed
 #   MINBYTES (4)  MAXBYTES (64M)    sizes, nccl-tests syntax (K/M/G), doubling
 #   ROUNDS (2)                      runs per algorithm
 #   ALGOS (automatic ring tree recursive_halving gloo_ring gloo_bcube gloo_ring_chunked
@@ -173,6 +177,11 @@ if [[ -n "$rate" ]]; then
     burst="${TBF_BURST:-$(((bits / 8 / 500) > 262144 ? bits / 8 / 500 : 262144))}"
   fi
   tbf=(tbf rate "$rate" burst "$burst" latency "${TBF_LATENCY:-50ms}")
+  if [[ -n "${TBF_PEAKRATE:-}" ]]; then
+    peak="$(rate_bits "$TBF_PEAKRATE")" || die "TBF_PEAKRATE '$TBF_PEAKRATE' is not a tc rate"
+    ((peak > bits)) || die "TBF_PEAKRATE must be above RATE"
+    tbf+=(peakrate "$TBF_PEAKRATE" mtu $((2 * mtu + 64)))
+  fi
 fi
 
 command -v ip >/dev/null || skip "iproute2's ip is not installed"
