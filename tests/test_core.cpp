@@ -917,9 +917,10 @@ string_view pick_across_hosts(int hosts, int per_host, double per_cpu, std::size
   m.beta_us_per_byte = 8e-3 / gbps;
   m.hosts = hosts;
   m.ranks_per_host = per_host;
-  m.local_alpha_us = single_copies_inside ? costs::single_copy_alpha_us : costs::tcp.alpha_us;
-  m.local_beta_us_per_byte =
-      single_copies_inside ? costs::single_copy_beta_us_per_byte : costs::tcp.beta_us_per_byte;
+  const tutti::cost_model inside =
+      single_copies_inside ? costs::single_copy(costs::tcp) : costs::tcp;
+  m.local_alpha_us = inside.alpha_us;
+  m.local_beta_us_per_byte = inside.beta_us_per_byte;
   return picked(bytes, hosts * per_host, m, false, point_to_point);
 }
 

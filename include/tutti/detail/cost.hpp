@@ -163,12 +163,11 @@ struct cost_inputs {
   /// link: β × ranks per host.
   [[nodiscard]] cost_inputs flat_across_hosts(bool shares_links) const noexcept {
     cost_model s = m;
-    const bool inside = m.ranks_per_host > 1;
-    const double share = shares_links ? m.ranks_per_host : 1;
-    s.alpha_us = inside ? std::max(m.alpha_us, flat_local_alpha_us()) : m.alpha_us;
-    s.beta_us_per_byte = inside
-                             ? std::max(m.beta_us_per_byte * share, flat_local_beta_us_per_byte())
-                             : m.beta_us_per_byte * share;
+    s.beta_us_per_byte = m.beta_us_per_byte * (shares_links ? m.ranks_per_host : 1);
+    if (m.ranks_per_host > 1) {
+      s.alpha_us = std::max(s.alpha_us, flat_local_alpha_us());
+      s.beta_us_per_byte = std::max(s.beta_us_per_byte, flat_local_beta_us_per_byte());
+    }
     s.hosts = 0;
     return {n, ranks, s, segment, slot_bytes};
   }

@@ -163,9 +163,9 @@ class gloo {
   [[nodiscard]] cost_model world_costs() const noexcept {
     cost_model m = s_->single_copy_world ? detail::gloo_costs::single_copy(costs) : costs;
     m.ranks_per_cpu = s_->ranks_per_cpu;
-    const bool copies = s_->single_copy_hosts;
-    return s_->link.apply(m, s_->hosts, copies ? single_copy_alpha_us : costs.alpha_us,
-                          copies ? single_copy_beta_us_per_byte : costs.beta_us_per_byte);
+    const cost_model inside =
+        s_->single_copy_hosts ? detail::gloo_costs::single_copy(costs) : costs;
+    return s_->link.apply(m, s_->hosts, inside.alpha_us, inside.beta_us_per_byte);
   }
   /// Gloo's context, for running Gloo's own algorithms on tutti's connections. Gloo's legacy
   /// algorithm classes (AllreduceRing and friends) set SO_SNDBUF on the connections they use
