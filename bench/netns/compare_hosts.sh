@@ -57,7 +57,7 @@
 #   SLOW_START_AFTER_IDLE (unset)   net.ipv4.tcp_slow_start_after_idle in every host's
 #                                   namespace (0: a connection idle for a while keeps its
 #                                   congestion window; the kernel's default, 1, restarts slow)
-#   CC (unset: the machine's)       net.ipv4.tcp_congestion_control in every host's namespace
+#   TCP_CC (unset: the machine's)   net.ipv4.tcp_congestion_control in every host's namespace
 #                                   (cubic: Linux's default; bbr paces at the rate it measured,
 #                                   which tbf's bucket lets run at the veth's speed)
 #   RUN_TIMEOUT (900)               seconds allowed per run (each rank)
@@ -276,9 +276,9 @@ for ((h = 0; h < hosts; h++)); do
   if [[ -n "${SLOW_START_AFTER_IDLE:-}" ]]; then
     ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_slow_start_after_idle="$SLOW_START_AFTER_IDLE"
   fi
-  if [[ -n "${CC:-}" ]]; then
-    ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_congestion_control="$CC" ||
-      die "CC=$CC: refused; a namespace may pick one of net.ipv4.tcp_allowed_congestion_control" \
+  if [[ -n "${TCP_CC:-}" ]]; then
+    ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_congestion_control="$TCP_CC" ||
+      die "TCP_CC=$TCP_CC: refused; a namespace may pick one of net.ipv4.tcp_allowed_congestion_control" \
         "($(sysctl -n net.ipv4.tcp_allowed_congestion_control)), which root sets for the machine"
   fi
   if ((${#tbf[@]})); then
@@ -335,7 +335,8 @@ model="$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
   echo "- Gloo: Debian libgloo-dev $(dpkg-query -W -f='${Version}' libgloo-dev 2>/dev/null || echo '?')"
   echo "- hosts: $hosts network namespaces on one bridge (veth), $rph ranks each ($np in all);" \
     "links: $( ((${#tbf[@]})) && echo "tc ${tbf[*]} (bytes), each direction" || echo unshaped)," \
-    "MTU $mtu, $([[ "$frames" == whole ]] && echo "whole frames (offloads off)" || echo "GSO packets")"
+    "MTU $mtu, $([[ "$frames" == whole ]] && echo "whole frames (offloads off)" || echo "GSO packets")," \
+    "TCP congestion control $(ip netns exec "${tag}h0" sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo '?')"
   echo "- tutti-bench --transport gloo (A@T: --transport T) / tutti-bench-gloo all_reduce --algo A -b $minbytes -e $maxbytes -a 3 --csv;" \
     "best of $rounds interleaved runs${PRIO:+, under chrt -f $PRIO}"
   echo "- raw output: $out"
