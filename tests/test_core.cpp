@@ -907,9 +907,8 @@ namespace {
 // `per_host` ranks, `per_cpu` ranks per CPU, a link of `gbps` with α `alpha_us`, and a message
 // inside a host priced as gloo::world_costs does: a single copy's α and β with
 // `single_copies_inside` (every pair on a host has them), else loopback TCP's.
-string_view pick_across_hosts(int hosts, int per_host, double per_cpu, std::size_t bytes,
-                              double alpha_us = 50, double gbps = 0.97,
-                              bool single_copies_inside = false) {
+tutti::cost_model across_hosts_model(int hosts, int per_host, double per_cpu, double alpha_us,
+                                     double gbps, bool single_copies_inside) {
   namespace costs = tutti::detail::gloo_costs;
   tutti::cost_model m = costs::tcp;
   m.ranks_per_cpu = per_cpu;
@@ -921,7 +920,15 @@ string_view pick_across_hosts(int hosts, int per_host, double per_cpu, std::size
       single_copies_inside ? costs::single_copy(costs::tcp) : costs::tcp;
   m.local_alpha_us = inside.alpha_us;
   m.local_beta_us_per_byte = inside.beta_us_per_byte;
-  return picked(bytes, hosts * per_host, m, false, point_to_point);
+  return m;
+}
+
+string_view pick_across_hosts(int hosts, int per_host, double per_cpu, std::size_t bytes,
+                              double alpha_us = 50, double gbps = 0.97,
+                              bool single_copies_inside = false) {
+  return picked(bytes, hosts * per_host,
+                across_hosts_model(hosts, per_host, per_cpu, alpha_us, gbps, single_copies_inside),
+                false, point_to_point);
 }
 
 }  // namespace
@@ -946,6 +953,25 @@ TEST_CASE("automatic across simulated hosts on a crowded machine: tree for small
   CHECK(pick(2, 2, 2.0, 16 << 10) == "tree");
   CHECK(pick(2, 2, 2.0, mib) == "recursive_halving");
   CHECK(pick(4, 1, 2.0, 16 * mib) == "recursive_halving");
+}
+
+TEST_CASE("a flat schedule across crowded simulated hosts: its link's bytes are not CPU work") {
+  // Ring (no prices_levels) on 4 x 1 at two ranks per CPU is stretched as the levels-priced
+  // schedules are: every α, an exchange's once more, and the reduction; its bytes over each
+  // host's own link not. bench/RESULTS.md, 4 x 1 on 2 CPUs at 1 Gbit/s: ring took 14.9 ms at
+  // 1 MiB and 61.8 at 4 MiB, about the link's 2 (p - 1)/p n alone; priced as a crowded host's
+  // work (every rank's link bytes on the host's CPUs) it came to 27.5 and 103.6 ms.
+  const tutti::cost_model m = across_hosts_model(4, 1, 2.0, 45, 1.0, false);
+  const double r = 2.0, p = 4, frac = (p - 1) / p;
+  for (const double n : {4.0, 65536.0, 4194304.0}) {
+    CAPTURE(n);
+    const double expected = 2 * (p - 1) * (m.alpha_us * r) * (m.exchange_alphas * r) +
+                            2 * frac * n * m.beta_us_per_byte +
+                            frac * n * m.gamma_us_per_byte * r;
+    CHECK(tutti::detail::predicted_cost<tutti::ring>(collective::all_reduce,
+                                                     tutti::detail::cost_inputs(n, 4, m)) ==
+          doctest::Approx(expected));
+  }
 }
 
 TEST_CASE("automatic across hosts with single copies inside each: recursive halving from 64 KiB") {
