@@ -966,8 +966,7 @@ TEST_CASE("a flat schedule across crowded simulated hosts: its link's bytes are 
   for (const double n : {4.0, 65536.0, 4194304.0}) {
     CAPTURE(n);
     const double expected = 2 * (p - 1) * (m.alpha_us * r) * (m.exchange_alphas * r) +
-                            2 * frac * n * m.beta_us_per_byte +
-                            frac * n * m.gamma_us_per_byte * r;
+                            2 * frac * n * m.beta_us_per_byte + frac * n * m.gamma_us_per_byte * r;
     CHECK(tutti::detail::predicted_cost<tutti::ring>(collective::all_reduce,
                                                      tutti::detail::cost_inputs(n, 4, m)) ==
           doctest::Approx(expected));
