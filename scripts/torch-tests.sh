@@ -32,8 +32,12 @@ run "faults over gloo" env TUTTI_TORCH_TRANSPORT=gloo "$py" tests/torch/test_fau
 run "tutorials under torchrun and tcp://" bash tests/torch/test_tutorials.sh "$py"
 # tutti's C++ side of torch: torch_tcp_store against torch's own TCPStore servers, a tutti::gloo
 # program under two torchrun agents (--nnodes=2), and examples/all_reduce (tutti::shm) under
-# torchrun; all through the agent's store. Their own build tree: build/torch-cpp.
+# torchrun; all through the agent's store. Built in build/release where the release preset
+# has configured it (as scripts/run-tests.sh has before the torch preset: its objects are
+# reused, and configuring it with torch's Python only adds these targets), else in
+# build/torch-cpp.
 cpp=build/torch-cpp
+[[ -f build/release/CMakeCache.txt ]] && cpp=build/release
 cpp_build() {
   cmake --preset release -B "$cpp" -DTUTTI_TORCH_PYTHON="$py" \
     -DTUTTI_TORCHRUN="$(dirname "$py")/torchrun" >/dev/null &&
