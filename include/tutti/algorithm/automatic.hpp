@@ -75,24 +75,20 @@ template <class T>
 /// recursive schedules) sees them as they are.
 template <class P>
 [[nodiscard]] double predicted_cost(collective k, const cost_inputs& in) noexcept {
-  if constexpr (!requires { P::prices_levels; }) {
-    if (in.across_hosts()) {
-      const cost_inputs flat = in.flat_across_hosts(!requires { P::one_flow_per_link; });
-      // On a crowded machine (simulated hosts) as below: what waits for a CPU stretched, the
-      // link's bytes not. (crowded_all_reduce would count every rank's bytes over its link as
-      // work for the CPUs of one host: ring at 4 x 1 priced 1.7x its measured time at 4 MiB.)
-      if (k == collective::all_reduce && in.crowded())
-        return P::cost(k, flat.crowded_across_hosts())
-            .value_or(std::numeric_limits<double>::infinity());
-      return predicted_cost<P>(k, flat);
-    }
-  } else if (in.across_hosts()) {
-    // Levels priced by the policy; on a crowded machine (simulated hosts) what waits for a CPU
-    // stretched (cost_inputs::crowded_across_hosts).
-    if (k == collective::all_reduce && in.crowded())
-      return P::cost(k, in.crowded_across_hosts())
-          .value_or(std::numeric_limits<double>::infinity());
-    return P::cost(k, in).value_or(std::numeric_limits<double>::infinity());
+  if (in.across_hosts()) {
+    const cost_inputs seen = [&] {
+      if constexpr (requires { P::prices_levels; })
+        return in;
+      else
+        return in.flat_across_hosts(!requires { P::one_flow_per_link; });
+    }();
+    // On a crowded machine (simulated hosts) what waits for a CPU is stretched, a host link's
+    // bytes not, flat or levels-priced alike (cost_inputs::crowded_across_hosts; a flat
+    // policy's crowded_all_reduce would count every rank's bytes over its own link as work for
+    // one host's CPUs: ring at 4 x 1 priced 1.7x its measured time at 4 MiB).
+    return P::cost(k,
+                   k == collective::all_reduce && in.crowded() ? seen.crowded_across_hosts() : seen)
+        .value_or(std::numeric_limits<double>::infinity());
   }
   if (k == collective::all_reduce && in.crowded()) {
     if constexpr (requires { P::crowded_all_reduce(in); })
