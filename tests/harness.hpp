@@ -17,6 +17,8 @@
 
 #include <tutti/tutti.hpp>
 
+#include "harness_common.hpp"
+
 namespace harness {
 
 using all_types =
@@ -77,11 +79,7 @@ class buffer {
 };
 
 /// Sanitizer builds run the largest counts on fewer world sizes (Release runs all).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline constexpr bool sanitized = true;
-#else
-inline constexpr bool sanitized = false;
-#endif
+using tutti_harness::sanitized;
 /// ThreadSanitizer's build, where every sweep runs about four times slower than under ASan and
 /// looks for races, which need two threads or processes, not every world size or policy.
 #if defined(__SANITIZE_THREAD__)
@@ -97,18 +95,31 @@ inline constexpr std::size_t large_count = std::size_t{1} << 20;
 using representative_types =
     std::tuple<std::int8_t, std::uint16_t, std::int32_t, std::uint64_t, tutti::half,
                tutti::bfloat16, float, double, long double, bool>;
-/// The element types of the collective sweeps (tests/suite.hpp): all of them in Release; the
-/// representative ones under the sanitizers, where each instantiation of the sweep costs
-/// minutes to compile (test_collectives alone took 222 s under ASan+UBSan) and the types left
-/// out add no code path that the kept ones do not take.
-using sweep_types = std::conditional_t<sanitized, representative_types, all_types>;
+/// Under the sanitizers, one type of each size (1, 2, 4, 8 and 16 bytes; integer and
+/// floating) and bool (whose loads UBSan checks): what ASan, UBSan and TSan look for in a
+/// transport or policy depends on the bytes it moves and their alignment, and every type is
+/// an instantiation of the whole sweep, minutes of compile there.
+using sanitizer_types =
+    std::tuple<std::int8_t, tutti::half, std::int32_t, double, long double, bool>;
+/// The element types of the collective sweeps (tests/suite.hpp): all of them in Release;
+/// sanitizer_types under the sanitizers (test_collectives' sweep took 222 s to compile under
+/// ASan+UBSan with all 17, 183 s with 10): the types left out add no code path that the kept
+/// ones do not take, and Release runs them all.
+using sweep_types = std::conditional_t<tutti_harness::few_types, sanitizer_types, all_types>;
+/// The element types of a transport's sweep (test_shm): representative_types in Release,
+/// sanitizer_types under the sanitizers.
+using transport_types =
+    std::conditional_t<tutti_harness::few_types, sanitizer_types, representative_types>;
 
 /// The world sizes of the collective sweeps over inproc and shm (test_collectives, test_shm):
 /// 1-8 in Release; under the sanitizers 6 and 7 are left out (what a world of 6 or 7 adds, a
 /// fold of 2 or 3 ranks into a power of two, 3 and 5 take too), and under TSan 5 as well (a
-/// fold of one rank, as 3's), so that CI's sanitizer passes stay within its budget.
-[[nodiscard]] inline std::vector<int> sweep_world_sizes() {
-  if (thread_sanitized) return {1, 2, 3, 4, 8};
+/// fold of one rank, as 3's), so that CI's sanitizer passes stay within its budget. Ranks that
+/// are processes (test_shm) under TSan: 1-4, since ThreadSanitizer sees the races inside one
+/// process only, whose threads do not grow with the world (8 processes cost most of the run).
+[[nodiscard]] inline std::vector<int> sweep_world_sizes(bool processes = false) {
+  if (thread_sanitized)
+    return processes ? std::vector<int>{1, 2, 3, 4} : std::vector<int>{1, 2, 3, 4, 8};
   if (sanitized) return {1, 2, 3, 4, 5, 8};
   return {1, 2, 3, 4, 5, 6, 7, 8};
 }

@@ -20,6 +20,22 @@
 
 namespace tutti_harness {
 
+/// Whether this build runs under ASan+UBSan or TSan.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool sanitized = true;
+#else
+inline constexpr bool sanitized = false;
+#endif
+/// Whether the test programs instantiate fewer element types: under the sanitizers (each type
+/// costs minutes of compile there; Release runs them all), and under clang-tidy
+/// (scripts/lint.sh defines TUTTI_TEST_FEW_TYPES: the code it checks is the same template for
+/// every type).
+#if defined(TUTTI_TEST_FEW_TYPES)
+inline constexpr bool few_types = true;
+#else
+inline constexpr bool few_types = sanitized;
+#endif
+
 /// Prefix sums of per-rank counts: block r of a v-variant's buffer starts at `offsets[r]`.
 [[nodiscard]] inline std::vector<std::size_t> prefix_offsets(std::span<const std::size_t> counts) {
   std::vector<std::size_t> off(counts.size() + 1, 0);
