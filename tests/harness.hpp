@@ -114,12 +114,9 @@ using transport_types =
 /// The world sizes of the collective sweeps over inproc and shm (test_collectives, test_shm):
 /// 1-8 in Release; under the sanitizers 6 and 7 are left out (what a world of 6 or 7 adds, a
 /// fold of 2 or 3 ranks into a power of two, 3 and 5 take too), and under TSan 5 as well (a
-/// fold of one rank, as 3's), so that CI's sanitizer passes stay within its budget. Ranks that
-/// are processes (test_shm) under TSan: 1-4, since ThreadSanitizer sees the races inside one
-/// process only, whose threads do not grow with the world (8 processes cost most of the run).
-[[nodiscard]] inline std::vector<int> sweep_world_sizes(bool processes = false) {
-  if (thread_sanitized)
-    return processes ? std::vector<int>{1, 2, 3, 4} : std::vector<int>{1, 2, 3, 4, 8};
+/// fold of one rank, as 3's), so that CI's sanitizer passes stay within its budget.
+[[nodiscard]] inline std::vector<int> sweep_world_sizes() {
+  if (thread_sanitized) return {1, 2, 3, 4, 8};
   if (sanitized) return {1, 2, 3, 4, 5, 8};
   return {1, 2, 3, 4, 5, 6, 7, 8};
 }

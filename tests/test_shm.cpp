@@ -20,7 +20,7 @@ namespace {
 
 template <class P>
 void sweep_policy() {
-  for (int p : harness::sweep_world_sizes(/*processes=*/true)) {
+  for (int p : harness::sweep_world_sizes()) {
     CAPTURE(p);
     const int rc = tutti::spawn(p, [] {
       auto comm = tutti::communicator<tutti::shm, P>::from_env();
