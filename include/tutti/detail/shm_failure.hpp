@@ -28,6 +28,15 @@ namespace tutti::inline v0::detail {
          static_cast<std::uint32_t>(shm_rank_state::closed);
 }
 
+/// Whether rank `q`'s process is gone without closing its communicator. Gone first, then
+/// closed: a rank closes before it exits, so once its process is seen gone its mark is final.
+/// The other order races with a survivor that closes and exits between the two looks (a
+/// slower survivor then named it as the dead rank instead of the one that died: seen once in
+/// faults.kill_shm under ASan).
+[[nodiscard]] inline bool shm_died(const shm_state& st, int q) noexcept {
+  return st.watch.gone(q) && !shm_closed(st, q);
+}
+
 /// How long a peer's beat must stand still, while this rank watches it, before a failure
 /// names that peer as the one that stopped: several sleep slices of a waiting rank.
 inline constexpr std::chrono::milliseconds shm_stall_window{100};
@@ -96,7 +105,7 @@ inline void shm_watch_beats(shm_state& st, clock::time_point now) {
   auto [code, what, blame] = st.view.abort_reason();
   if (code == errc::aborted)
     for (int q = 0; q < st.size; ++q)
-      if (q != st.rank && !shm_closed(st, q) && st.watch.gone(q)) shm_raise_died(st, c, q);
+      if (q != st.rank && shm_died(st, q)) shm_raise_died(st, c, q);
   if (blame >= 0 && blame != st.rank) peer = blame;
   throw error(code, c.name_str(), c.seq, st.rank,
               code == errc::mismatch
@@ -126,7 +135,7 @@ void shm_poll(shm_state& st, const call& c, clock::time_point deadline, int peer
         throw error(errc::mismatch, c.name_str(), c.seq, st.rank, q, what);
       }
     }
-    if (!shm_closed(st, q) && st.watch.gone(q) && !ready()) shm_raise_died(st, c, q);
+    if (shm_died(st, q) && !ready()) shm_raise_died(st, c, q);
   }
   // Only then ranks that closed cleanly (say, after raising this same death themselves):
   // a death is the cause worth naming.

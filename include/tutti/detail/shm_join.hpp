@@ -115,9 +115,16 @@ inline void shm_await_world(shm_state& st, clock::time_point deadline) {
   auto all_attached = [&] {
     return v.header().attached.load(std::memory_order_acquire) == static_cast<std::uint32_t>(size);
   };
+  // Rank 0 created the segment: its name carries rank 0's pid, which this rank watches too
+  // before rank 0 attaches (rank 0 may die between publishing the name and attaching; the
+  // ranks that had the name would otherwise wait for the deadline and blame nobody).
+  const auto creator = shm_parse_name(name);
+  const pid_t creator_pid =
+      creator && creator->pid_ns == pid_namespace() ? static_cast<pid_t>(creator->pid) : pid_t{0};
   auto check = [&] {
     for (int q = 0; q < size; ++q) {
-      const std::int32_t pid = v.block(q).pid.load(std::memory_order_relaxed);
+      std::int32_t pid = v.block(q).pid.load(std::memory_order_relaxed);
+      if (q == 0 && pid <= 0) pid = creator_pid;
       if (q != rank && pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
         ::shm_unlink(name.c_str());  // the world can never form: nobody else removes the name
         throw error(errc::peer_lost, "", 0, rank, q,
