@@ -1,9 +1,13 @@
 // The collective suite (tests/suite.hpp) on inproc: one world of threads per (policy, world
 // size) runs the whole sweep, so the matrix costs collectives, not thread starts. The >= 1M
 // counts run for float, int32, half and double with sum (all world sizes in Release, sizes 2,
-// 5 and 8 under sanitizers). Every element type and world sizes 1-8 in Release; under the
-// sanitizers one of each size and kind (harness::sweep_types), and the world sizes of
-// harness::sweep_world_sizes.
+// 5 and 8 under sanitizers). World sizes 1-8 in Release, harness::sweep_world_sizes under the
+// sanitizers. Element types: automatic, which has every collective, runs every one
+// (harness::sweep_types: all 17 in Release), the other policies one of each size and kind
+// (harness::representative_sweep_types). A policy moves bytes and reduces through the element
+// type's kernel: what a type changes is its size, alignment and kernel, which automatic's
+// sweep takes for every type through the policies' schedules (and each type is an
+// instantiation of the whole suite per policy).
 
 #include <doctest/doctest.h>
 
@@ -11,11 +15,11 @@
 
 namespace {
 
-template <class P>
+template <class P, class Types = harness::representative_sweep_types>
 void sweep_policy() {
   suite::failures f;
   for (int p : harness::sweep_world_sizes())
-    tutti::inproc::run<P>(p, [&](auto& comm) { suite::run_suite<P>(comm, f); });
+    tutti::inproc::run<P>(p, [&](auto& comm) { suite::run_suite<P, Types>(comm, f); });
   INFO(P::name);
   CHECK_MESSAGE(f.count.load() == 0, f.text());
 }
@@ -32,6 +36,6 @@ TEST_CASE("recursive_doubling: every collective it implements") {
 }
 TEST_CASE("direct: every collective it implements") { sweep_policy<tutti::direct>(); }
 TEST_CASE("bruck: every collective it implements") { sweep_policy<tutti::bruck>(); }
-TEST_CASE("automatic: every collective") {
-  if (harness::sweep_automatic) sweep_policy<tutti::automatic>();
+TEST_CASE("automatic: every collective, every element type") {
+  if (harness::sweep_automatic) sweep_policy<tutti::automatic, harness::sweep_types>();
 }

@@ -4,7 +4,7 @@
 // the ranks, each builds communicator<shm, P>::from_env() and runs the whole sweep; a rank
 // with failures prints them and exits non-zero.
 //
-// Element types: one of each size and kind (harness::transport_types: representative_types in
+// Element types: one of each size and kind (harness::representative_sweep_types: representative_types in
 // Release, fewer under the sanitizers), as test_gloo's:
 // what the transport adds per type is the element's size and alignment, and test_collectives
 // runs all 17 types through the same policies (in Release the sweep compiles in 97 s of CPU
@@ -25,7 +25,7 @@ void sweep_policy() {
     const int rc = tutti::spawn(p, [] {
       auto comm = tutti::communicator<tutti::shm, P>::from_env();
       suite::failures f;
-      suite::run_suite<P, harness::transport_types>(comm, f);
+      suite::run_suite<P, harness::representative_sweep_types>(comm, f);
       if (f.count.load() == 0) return 0;
       std::fprintf(stderr, "%s rank %d: %ld failures\n%s", P::name, comm.rank(), f.count.load(),
                    f.text().c_str());
