@@ -106,8 +106,8 @@ using sanitizer_types =
 /// ASan+UBSan with all 17, 183 s with 10): the types left out add no code path that the kept
 /// ones do not take, and Release runs them all.
 using sweep_types = std::conditional_t<tutti_harness::few_types, sanitizer_types, all_types>;
-/// The element types of a sweep that another one already runs with every type (test_shm,
-/// test_gloo, and test_collectives' policies but ring): representative_types in Release,
+/// The element types of a sweep whose types another sweep runs in full (test_shm, and
+/// test_collectives' policies but automatic): representative_types in Release,
 /// sanitizer_types under the sanitizers.
 using representative_sweep_types =
     std::conditional_t<tutti_harness::few_types, sanitizer_types, representative_types>;

@@ -6,6 +6,7 @@
 #include <stdlib.h>  // mkdtemp
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -14,6 +15,8 @@
 #include <span>
 #include <string>
 #include <system_error>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <tutti/tutti.hpp>
@@ -35,6 +38,24 @@ inline constexpr bool few_types = true;
 #else
 inline constexpr bool few_types = sanitized;
 #endif
+
+/// Calls fn.template operator()<T>() with T the type at `slot` of the tuple Types (the last
+/// for a slot past the end) and returns what it returns.
+template <class Types, std::size_t I = 0, class Fn>
+decltype(auto) with_type(std::size_t slot, Fn&& fn) {
+  if constexpr (I + 1 < std::tuple_size_v<Types>)
+    if (slot != I) return with_type<Types, I + 1>(slot, std::forward<Fn>(fn));
+  return fn.template operator()<std::tuple_element_t<I, Types>>();
+}
+
+/// The slot in a program's type tuple of the type that `type_names` index `type` names:
+/// `type` itself, or under few_types its place in `kept` (the indices the tuple keeps).
+template <std::size_t N>
+[[nodiscard]] std::size_t type_slot(int type, const std::array<int, N>& kept) {
+  if constexpr (few_types)
+    return static_cast<std::size_t>(std::ranges::find(kept, type) - kept.begin());
+  return static_cast<std::size_t>(type);
+}
 
 /// Prefix sums of per-rank counts: block r of a v-variant's buffer starts at `offsets[r]`.
 [[nodiscard]] inline std::vector<std::size_t> prefix_offsets(std::span<const std::size_t> counts) {

@@ -89,6 +89,10 @@ constexpr std::array<const char*, 5> type_names{"float", "double", "int32", "int
 /// that differs in kind alone is still drawn; and an odd size). Every type is instantiated
 /// for each transport, policy and collective: the five cost minutes of compile there.
 constexpr std::array<int, 3> drawn_few_types{0, 2, 4};
+/// The element types, in type_names' order (drawn_few_types' under few_types).
+using mismatch_types =
+    std::conditional_t<tutti_harness::few_types, std::tuple<float, std::int32_t, std::uint8_t>,
+                       std::tuple<float, double, std::int32_t, std::int64_t, std::uint8_t>>;
 constexpr std::array<tutti::op_kind, 5> op_kinds{tutti::op_kind::sum, tutti::op_kind::prod,
                                                  tutti::op_kind::min, tutti::op_kind::max,
                                                  tutti::op_kind::avg};
@@ -495,29 +499,9 @@ bool run_typed(Comm& comm, const call_desc& d, bool check, tutti::work& w) {
 
 template <class Comm>
 bool run_call(Comm& comm, const call_desc& d, bool check, tutti::work& w) {
-  if constexpr (tutti_harness::few_types) {
-    switch (d.type) {
-      case 0:
-        return run_typed<float>(comm, d, check, w);
-      case 2:
-        return run_typed<std::int32_t>(comm, d, check, w);
-      default:
-        return run_typed<std::uint8_t>(comm, d, check, w);
-    }
-  } else {
-    switch (d.type) {
-      case 0:
-        return run_typed<float>(comm, d, check, w);
-      case 1:
-        return run_typed<double>(comm, d, check, w);
-      case 2:
-        return run_typed<std::int32_t>(comm, d, check, w);
-      case 3:
-        return run_typed<std::int64_t>(comm, d, check, w);
-      default:
-        return run_typed<std::uint8_t>(comm, d, check, w);
-    }
-  }
+  return tutti_harness::with_type<mismatch_types>(
+      tutti_harness::type_slot(d.type, drawn_few_types),
+      [&]<class T>() { return run_typed<T>(comm, d, check, w); });
 }
 
 // ---- one rank's part of a trial ----------------------------------------------------------

@@ -70,6 +70,11 @@ constexpr std::array<const char*, 7> type_names{"float", "double", "int32",   "i
 /// seven cost 415 s of compile alone under ASan+UBSan (155 s at -O3); what the other four add
 /// is their size and kernel, which Release's run and the sanitizers' sweeps cover.
 constexpr std::array<int, 3> drawn_few_types{0, 3, 5};
+/// The element types, in type_names' order (drawn_few_types' under few_types).
+using soak_types =
+    std::conditional_t<tutti_harness::few_types, std::tuple<float, std::int64_t, tutti::half>,
+                       std::tuple<float, double, std::int32_t, std::int64_t, std::uint8_t,
+                                  tutti::half, tutti::bfloat16>>;
 
 [[nodiscard]] int draw_type(std::uint64_t x) {
   if constexpr (tutti_harness::few_types)
@@ -501,33 +506,8 @@ void run_op(Comm& comm, const op_desc& d, std::vector<pending>& queue, bool& cor
 
 template <class Comm>
 void run_typed(Comm& comm, const op_desc& d, std::vector<pending>& queue, bool& corrupted) {
-  if constexpr (tutti_harness::few_types) {
-    switch (d.type) {
-      case 0:
-        return run_op<float>(comm, d, queue, corrupted);
-      case 3:
-        return run_op<std::int64_t>(comm, d, queue, corrupted);
-      default:
-        return run_op<tutti::half>(comm, d, queue, corrupted);
-    }
-  } else {
-    switch (d.type) {
-      case 0:
-        return run_op<float>(comm, d, queue, corrupted);
-      case 1:
-        return run_op<double>(comm, d, queue, corrupted);
-      case 2:
-        return run_op<std::int32_t>(comm, d, queue, corrupted);
-      case 3:
-        return run_op<std::int64_t>(comm, d, queue, corrupted);
-      case 4:
-        return run_op<std::uint8_t>(comm, d, queue, corrupted);
-      case 5:
-        return run_op<tutti::half>(comm, d, queue, corrupted);
-      default:
-        return run_op<tutti::bfloat16>(comm, d, queue, corrupted);
-    }
-  }
+  tutti_harness::with_type<soak_types>(tutti_harness::type_slot(d.type, drawn_few_types),
+                                       [&]<class T>() { run_op<T>(comm, d, queue, corrupted); });
 }
 
 [[nodiscard]] bool has_async(coll c, bool in_place) {
