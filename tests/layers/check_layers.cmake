@@ -14,7 +14,7 @@
 #   4 algorithm     tutti/algorithm/*, tutti/detail/context.hpp, tutti/detail/policy_traits.hpp
 #   5 communicator  tutti/communicator.hpp, tutti/run.hpp, tutti/mesh.hpp, tutti/hosts.hpp,
 #                   tutti/detail/communicator*.hpp
-#   6 adapters      tutti/adapters/*
+#   6 adapters      tutti/adapters/*, tutti/detail/bucket_engine.hpp
 #   7 umbrella      tutti/tutti.hpp
 #
 # Why the exceptions: detail/ holds private machinery, and most of it sits below the
@@ -23,7 +23,8 @@
 # transports' parts). detail/context.hpp is what an algorithm sees of a transport (a class
 # template over the transport, dispatching on transport concepts), and policy_traits.hpp the
 # concepts naming which collectives a policy implements over that context: both are the
-# algorithm layer's private parts. detail/communicator*.hpp are the communicator's.
+# algorithm layer's private parts. detail/communicator*.hpp are the communicator's, and
+# detail/bucket_engine.hpp the bucketer's (over any communicator, with the bucketer's options).
 # bootstrap sits below the transports: a transport's from_env meets its peers through a store,
 # while no store needs a transport.
 
@@ -37,6 +38,7 @@ function(tutti_layer_of path out)
       "^tutti/detail/(gloo|nccl)/" 3
       "^tutti/detail/(context|policy_traits)\\.hpp$" 4
       "^tutti/detail/communicator[^/]*\\.hpp$" 5
+      "^tutti/detail/bucket_engine\\.hpp$" 6
       "^tutti/detail/" 1
       "^tutti/(work|version)\\.hpp$" 1
       "^tutti/bootstrap/" 2

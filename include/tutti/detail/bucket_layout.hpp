@@ -1,12 +1,13 @@
 #pragma once
 /// \file
 /// tutti::bucketer's machinery without a communicator: DDP's assignment of gradients to
-/// buckets, dispatch from a dtype to its C++ type, and the 16-bit conversions of compressed
-/// buckets.
+/// buckets and its rebuild order, dispatch from a dtype to its C++ type, the 16-bit
+/// conversions of compressed buckets, and the layout's log line.
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <span>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "tutti/core/bfloat16.hpp"
 #include "tutti/core/error.hpp"
 #include "tutti/core/half.hpp"
+#include "tutti/core/options.hpp"
 #include "tutti/core/types.hpp"
 
 namespace tutti::inline v0::detail {
@@ -106,6 +108,64 @@ void compress_into(W* dst, const T* src, std::size_t n) noexcept {
 template <class T, class W>
 void decompress_into(T* dst, const W* src, std::size_t n) noexcept {
   for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(static_cast<double>(src[i]));
+}
+
+/// DDP's rebuild order: the gradients in the order they became ready (`ready`), then those
+/// never marked, in reverse registration order; `n` gradients in all.
+[[nodiscard]] inline std::vector<std::uint64_t> ready_order_then_rest(
+    std::span<const std::size_t> ready, std::size_t n) {
+  std::vector<std::uint64_t> order;
+  std::vector<char> seen(n, 0);
+  for (const std::size_t g : ready) {
+    order.push_back(g);
+    seen[g] = 1;
+  }
+  for (std::size_t i = n; i-- > 0;)
+    if (seen[i] == 0) order.push_back(i);
+  return order;
+}
+
+/// Whether `order` holds each of 0, ..., n - 1 exactly once.
+[[nodiscard]] inline bool is_order_of(std::span<const std::size_t> order, std::size_t n) {
+  std::vector<char> seen(n, 0);
+  for (const std::size_t g : order) {
+    if (g >= n || seen[g] != 0) return false;
+    seen[g] = 1;
+  }
+  return order.size() == n;
+}
+
+/// The bucket layout's log line (TUTTI_DEBUG=INFO) on stderr: each bucket's element type,
+/// bytes and gradients (a descending run as a..b). One line, built with appends only (GCC 12's
+/// -Wrestrict misfires on "lit" + string&&).
+template <class Bucket>
+void log_bucket_layout(int rank, std::size_t gradients, std::span<const Bucket> buckets,
+                       bool rebuilding) {
+  if (!debug_info()) return;
+  std::size_t total = 0;
+  for (const Bucket& b : buckets) total += b.bytes;
+  std::string line = "tutti[bucketer] rank ";
+  line.append(std::to_string(rank)).append(": ");
+  line.append(std::to_string(gradients)).append(" gradients, ");
+  line.append(std::to_string(total)).append(" bytes in ");
+  line.append(std::to_string(buckets.size())).append(" buckets");
+  if (rebuilding) line.append(" (rebuilt from the ready order)");
+  line.append(":");
+  for (std::size_t k = 0; k < buckets.size(); ++k) {
+    const Bucket& b = buckets[k];
+    line.append(" [").append(std::to_string(k)).append("] ").append(name(b.type));
+    line.append(" ").append(std::to_string(b.bytes)).append(" B {");
+    for (std::size_t j = 0; j < b.grads.size();) {
+      std::size_t e = j;
+      while (e + 1 < b.grads.size() && b.grads[e + 1] + 1 == b.grads[e]) ++e;
+      if (j != 0) line.append(",");
+      line.append(std::to_string(b.grads[j]));
+      if (e != j) line.append("..").append(std::to_string(b.grads[e]));
+      j = e + 1;
+    }
+    line.append("}");
+  }
+  std::fprintf(stderr, "%s\n", line.c_str());
 }
 
 }  // namespace tutti::inline v0::detail
