@@ -62,6 +62,8 @@ class bucketer {
       if (o.uneven_inputs) invalid("uneven_inputs with buckets in GPU memory is not supported");
     }
   }
+  bucketer(const bucketer&) = delete;
+  bucketer& operator=(const bucketer&) = delete;
   // Destroying it waits for buckets still in flight (each bounded by the communicator's
   // deadline); finish() reports their errors.
 
