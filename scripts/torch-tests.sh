@@ -23,13 +23,22 @@ run() {
     failed+=("$name")
   fi
 }
-run "collectives against gloo, 1-4 ranks, over shm" "$py" tests/torch/test_collectives.py
-run "collectives against gloo, 2-3 ranks, over gloo" \
-  env TUTTI_TORCH_TRANSPORT=gloo TUTTI_TORCH_SIZES=2,3 "$py" tests/torch/test_collectives.py
-run "DDP against gloo, 2-4 ranks" "$py" tests/torch/test_ddp.py
-run "faults over shm" "$py" tests/torch/test_faults.py
-run "faults over gloo" env TUTTI_TORCH_TRANSPORT=gloo "$py" tests/torch/test_faults.py
-run "tutorials under torchrun and tcp://" bash tests/torch/test_tutorials.sh "$py"
+# The steps, in two lanes that run at once (TUTTI_TORCH_LANES=1: one after the other): a test's
+# ranks spend much of their time starting Python and waiting on each other, and one lane alone
+# left a third of two CPUs idle. Each lane's output is printed when it ends.
+step_collectives_shm() {
+  run "collectives against gloo, 1-4 ranks, over shm" "$py" tests/torch/test_collectives.py
+}
+step_collectives_gloo() {
+  run "collectives against gloo, 2-3 ranks, over gloo" \
+    env TUTTI_TORCH_TRANSPORT=gloo TUTTI_TORCH_SIZES=2,3 "$py" tests/torch/test_collectives.py
+}
+step_ddp() { run "DDP against gloo, 2-4 ranks" "$py" tests/torch/test_ddp.py; }
+step_faults_shm() { run "faults over shm" "$py" tests/torch/test_faults.py; }
+step_faults_gloo() {
+  run "faults over gloo" env TUTTI_TORCH_TRANSPORT=gloo "$py" tests/torch/test_faults.py
+}
+step_tutorials() { run "tutorials under torchrun and tcp://" bash tests/torch/test_tutorials.sh "$py"; }
 # tutti's C++ side of torch: torch_tcp_store against torch's own TCPStore servers, a tutti::gloo
 # program under two torchrun agents (--nnodes=2), and examples/all_reduce (tutti::shm) under
 # torchrun; all through the agent's store. Built in build/release where the release preset
@@ -44,13 +53,39 @@ cpp_build() {
     cmake --build "$cpp" -j"$(tutti_nproc)" \
       --target test_torch_store agent_store_prog example_all_reduce
 }
-run "build the C++ torch tests ($cpp)" cpp_build
-run "torch's TCPStore protocol: torch_tcp_store, tutti programs under torchrun" \
-  ctest --test-dir "$cpp" --output-on-failure -R '^(torch_store|torch\.agent_store|launch\.torchrun)$'
-# exit 77: no root or no network namespaces here (said on stdout); counted as passed
-run "torchrun --nnodes=2 across two network namespaces: the DDP tutorial and a C++ program" \
-  bash -c 'bash tests/torch/test_two_nodes.sh "$1" "$2"; rc=$?; ((rc == 77)) && rc=0; exit $rc' \
-  _ "$py" "$cpp/tests/agent_store_prog"
+step_cpp() {
+  run "build the C++ torch tests ($cpp)" cpp_build
+  run "torch's TCPStore protocol: torch_tcp_store, tutti programs under torchrun" \
+    ctest --test-dir "$cpp" --output-on-failure -R '^(torch_store|torch\.agent_store|launch\.torchrun)$'
+  # exit 77: no root or no network namespaces here (said on stdout); counted as passed
+  run "torchrun --nnodes=2 across two network namespaces: the DDP tutorial and a C++ program" \
+    bash -c 'bash tests/torch/test_two_nodes.sh "$1" "$2"; rc=$?; ((rc == 77)) && rc=0; exit $rc' \
+    _ "$py" "$cpp/tests/agent_store_prog"
+}
+lanes=("collectives_shm collectives_gloo ddp tutorials" "faults_shm faults_gloo cpp")
+run_lane() {  # run_lane "STEP...": the steps in order
+  local step
+  for step in $1; do "step_$step"; done
+}
+if [[ "${TUTTI_TORCH_LANES:-2}" == 1 ]]; then
+  for lane in "${lanes[@]}"; do run_lane "$lane"; done
+else
+  # A lane runs in a subshell: the names of its failed steps come back on its last line.
+  logs=() pids=()
+  for lane in "${lanes[@]}"; do
+    logs+=("$(mktemp)")
+    tutti_step "torch: lane started: $lane (its output when it ends)"
+    { run_lane "$lane"; printf 'lane failures: %s\n' "${failed[*]}"; } >"${logs[-1]}" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || true
+    grep -v '^lane failures: ' "${logs[$i]}" || true
+    line="$(grep '^lane failures: ' "${logs[$i]}" || echo "lane failures: lane ${lanes[$i]} ended early")"
+    rm -f "${logs[$i]}"
+    [[ "${line#lane failures: }" == "" ]] || failed+=("${line#lane failures: }")
+  done
+fi
 
 # torch's own tests for distributed backends (the suite torch runs on gloo), with tutti as
 # every rank's default group: 12-19 minutes per world size here, so only when asked.
