@@ -8,8 +8,6 @@
 # BUILD_DIR/corpus/<name>, never into the repository. Findings (crash-*, leak-*, timeout-*)
 # land in BUILD_DIR/findings/<name>. Exits non-zero on any finding or sanitizer report.
 # The longer documented run (tests/RELIABILITY.md): bash tests/fuzz/run.sh /tmp/fuzz 300
-# TUTTI_FUZZ_BUILD_ONLY=1: configure and build the targets, run none (.ci/run builds them
-# beside the tests).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -39,7 +37,6 @@ targets=()
 for n in "${names[@]}"; do targets+=("fuzz_$n"); done
 echo "== fuzz: building ${targets[*]}"
 cmake --build "$build" -j"$jobs" --target "${targets[@]}" >/dev/null
-[[ "${TUTTI_FUZZ_BUILD_ONLY:-0}" != 1 ]] || exit 0
 
 # One target for `seconds`; its summary line goes to $build/logs/<name>.line, and its failure,
 # if any, to stderr.
