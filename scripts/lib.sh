@@ -132,15 +132,10 @@ tutti_torch_install() {
 # torch's own test modules import: tests/torch/torch_suite.py) from PyPI, and tutti_torch
 # (python/) built against that torch. TUTTI_TORCH_VENV picks its place (default
 # build/torch-venv); torch is installed once (about 5 GB with its CUDA libraries; it runs on
-# the CPU), tutti_torch rebuilt every time (but with TUTTI_TORCH_BUILT=1, which
-# scripts/run-tests.sh sets once it has built it). Prints the venv's python on stdout.
+# the CPU), tutti_torch rebuilt every time. Prints the venv's python on stdout.
 tutti_torch_venv() {
   local py
   py="$(tutti_torch_install)" || return 1
-  if [[ "${TUTTI_TORCH_BUILT:-0}" == 1 ]]; then  # scripts/run-tests.sh has, in the background
-    printf '%s\n' "$py"
-    return
-  fi
   tutti_step "torch: pip install --no-build-isolation ./python (tutti_torch, $("$py" -c 'import torch; print("torch", torch.__version__)'))" >&2
   "$py" -m pip install --quiet --no-build-isolation "$TUTTI_ROOT/python" >&2 || return 1
   printf '%s\n' "$py"
