@@ -515,6 +515,66 @@ class stall_after_publish final : public tutti::bootstrap::store {
 
 }  // namespace
 
+namespace {
+
+/// A store whose rank connects its pairs and then stops for good when it would say which host
+/// it is on: the world's TCP mesh is whole, and what follows it waits on this rank.
+class stall_at_host final : public tutti::bootstrap::store {
+ public:
+  explicit stall_at_host(std::shared_ptr<tutti::bootstrap::store> s) : s_(std::move(s)) {}
+  void set(std::string_view key, std::span<const std::byte> value) override {
+    if (key.find("/host/") != std::string_view::npos) {
+      std::this_thread::sleep_for(std::chrono::seconds(8));  // past rank 0's limit
+      _exit(0);
+    }
+    s_->set(key, value);
+  }
+  std::vector<std::byte> get(std::string_view key, std::chrono::milliseconds t) override {
+    return s_->get(key, t);
+  }
+  std::int64_t add(std::string_view key, std::int64_t delta) override {
+    return s_->add(key, delta);
+  }
+  void wait(std::span<const std::string> keys, std::chrono::milliseconds t) override {
+    s_->wait(keys, t);
+  }
+
+ private:
+  std::shared_ptr<tutti::bootstrap::store> s_;
+};
+
+}  // namespace
+
+TEST_CASE("bootstrap: a peer that hangs after the mesh forms is named, within the timeout") {
+  // After Gloo's mesh every rank says which host it is on, through the store. A rank waiting
+  // there for a peer that never says raised the store's timeout, which names a key, not a
+  // rank (peer -1); under load the case below took that path (its world formed) and failed.
+  // 3 s: long enough for the mesh to form on a loaded machine, so that the wait for the hosts
+  // is where rank 0's deadline passes (were it still connecting, it would name that peer).
+  constexpr int n = 3;
+  shared_report rep;
+  temp_dir dir;
+  const std::string path = dir.url().substr(std::string_view("file://").size());
+  tutti::options opts;
+  opts.timeout = std::chrono::seconds(3);
+  const auto status = run_ranks(n, [&](int r) {
+    std::shared_ptr<tutti::bootstrap::store> st =
+        std::make_shared<tutti::bootstrap::file_store>(path, std::chrono::seconds(10));
+    if (r != 0) st = std::make_shared<stall_at_host>(std::move(st));
+    if (r == 0) rep->died_ns = now_ns();
+    return expect_error(rep.operator->(), r, [&] {
+      tutti::communicator<tutti::gloo> comm(
+          tutti::gloo::connect(st, "tutti/gloo/stall_host", r, n, "", -1, opts), opts);
+      comm.barrier();
+    });
+  });
+  CHECK(exited_with(status[0], 0));
+  CHECK(rep->kind[0] == static_cast<int>(tutti::errc::timeout));
+  CHECK(rep->peer[0] > 0);
+  const double seconds = double(rep->caught_ns[0] - rep->died_ns) * 1e-9;
+  CHECK(seconds < 6.0);  // two timeouts
+}
+
 TEST_CASE("bootstrap: peers that publish and then hang make a rank time out once, not per pair") {
   // Gloo's connectFullMesh connects the pairs one after another, each waiting up to the whole
   // timeout for the peer to connect: with 8 hung peers rank 0 waited up to 8 timeouts

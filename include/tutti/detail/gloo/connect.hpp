@@ -158,7 +158,7 @@ inline void gloo_count_host_ranks(gloo_state& st, clock::time_point deadline) {
   st.peer_pid.assign(static_cast<std::size_t>(st.size), 0);
   std::map<std::string, std::pair<int, unsigned>, std::less<>> hosts;  // ranks, CPUs
   for (int q = 0; q < st.size; ++q) {
-    const std::string v = st.store->get_string(key(q), gloo_left(deadline));
+    const std::string v = gloo_peer_value(*st.store, key(q), st.rank, q, deadline, "host");
     std::string_view rest = v;
     const auto id = next_field(rest, false);
     const auto cpus = next_integer<unsigned>(rest, false);

@@ -209,7 +209,7 @@ inline void gloo_probe_link(gloo_state& st, clock::time_point deadline) {
   } else if (st.rank == other) {
     gloo_probe_pair(st, 0, deadline).serve();
   }
-  const std::string got = st.store->get_string(key, gloo_left(deadline));
+  const std::string got = gloo_peer_value(*st.store, key, st.rank, 0, deadline, "link measurement");
   if (got.starts_with("!"))
     throw error(errc::transport_failure, "", 0, st.rank, 0,
                 "tutti::gloo: rank 0 could not measure the link between hosts (with rank " +

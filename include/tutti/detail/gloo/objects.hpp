@@ -26,6 +26,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include "tutti/bootstrap/store.hpp"
+#include "tutti/core/error.hpp"
 #include "tutti/detail/wait.hpp"
 
 namespace tutti::inline v0::detail {
@@ -34,6 +35,23 @@ namespace tutti::inline v0::detail {
 [[nodiscard]] inline std::chrono::milliseconds gloo_left(clock::time_point deadline) {
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - clock::now());
   return std::max(ms, std::chrono::milliseconds(1));
+}
+
+/// `peer`'s value under `key`, waited for until `deadline`, while the world forms. A wait that
+/// times out raises errc::timeout naming `peer`, the rank that never published it (it hangs,
+/// or died): the store's own error names only the key.
+[[nodiscard]] inline std::string gloo_peer_value(bootstrap::store& store, const std::string& key,
+                                                 int rank, int peer, clock::time_point deadline,
+                                                 std::string_view what) {
+  try {
+    return store.get_string(key, gloo_left(deadline));
+  } catch (const error& e) {
+    if (e.kind() != errc::timeout) throw;
+    throw error(errc::timeout, "", 0, rank, peer,
+                "tutti::gloo: rank " + std::to_string(rank) + " waited in vain for rank " +
+                    std::to_string(peer) + "'s " + std::string(what) +
+                    " while the world was forming: " + e.what());
+  }
 }
 
 /// tutti's store as Gloo's rendezvous::Store, every key under `prefix`, every wait ending by

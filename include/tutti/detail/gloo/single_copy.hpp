@@ -79,8 +79,8 @@ inline void gloo_setup_single_copy(gloo_state& st, clock::time_point deadline) {
   std::string refused;
   for (int q = 0; q < st.size; ++q) {
     if (q == st.rank) continue;
-    const auto theirs =
-        cma_offer::decode(st.store->get_string(key("cma/", q), gloo_left(deadline)));
+    const auto theirs = cma_offer::decode(
+        gloo_peer_value(*st.store, key("cma/", q), st.rank, q, deadline, "single-copy offer"));
     if (mine.host.empty() || !theirs || theirs->host != mine.host) continue;
     std::uint64_t got = 0;
     int err = cma_read(theirs->pid, &got, theirs->address, sizeof got);
@@ -105,7 +105,8 @@ inline void gloo_setup_single_copy(gloo_state& st, clock::time_point deadline) {
   for (int q = 0; q < st.size; ++q) {
     if (q == st.rank) continue;
     const auto i = static_cast<std::size_t>(q);
-    lists[i] = st.store->get_string(key("cma_ok/", q), gloo_left(deadline));
+    lists[i] =
+        gloo_peer_value(*st.store, key("cma_ok/", q), st.rank, q, deadline, "single-copy answers");
     if (readable[i] == '1' && lists[i].size() == n &&
         lists[i][static_cast<std::size_t>(st.rank)] == '1') {
       st.cma_pid[i] = pids[i];
