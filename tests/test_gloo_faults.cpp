@@ -484,20 +484,29 @@ TEST_CASE("native: a root whose send is half on the wire when its peer dies rais
 
 namespace {
 
-/// A store whose rank stops for good once Gloo has published its addresses through it: it
-/// never connects its pairs, as a rank that hangs (or whose host dies) during bootstrap.
-class stall_after_publish final : public tutti::bootstrap::store {
+/// Where a stalling rank stops for good during the bootstrap, as a rank that hangs (or whose
+/// host dies) there.
+enum class stall_at {
+  addresses,  // right after publishing its Gloo addresses: it never connects its pairs
+  host,       // its pairs connected, instead of saying which host it is on
+};
+
+/// A store whose rank stops at `at`: sleeps for `sleep` (past rank 0's limit), then exits.
+class stalling_store final : public tutti::bootstrap::store {
  public:
-  explicit stall_after_publish(std::shared_ptr<tutti::bootstrap::store> s) : s_(std::move(s)) {}
+  stalling_store(std::shared_ptr<tutti::bootstrap::store> s, stall_at at,
+                 std::chrono::milliseconds sleep)
+      : s_(std::move(s)), at_(at), sleep_(sleep) {}
   void set(std::string_view key, std::span<const std::byte> value) override {
+    // Gloo's key for this rank's addresses is "<prefix><rank>"; tutti's host key
+    // "<prefix>host/<rank>".
+    const std::string_view last = key.substr(key.rfind('/') + 1);
+    const bool digits =
+        !last.empty() && last.find_first_not_of("0123456789") == std::string_view::npos;
+    const bool host = key.find("/host/") != std::string_view::npos;
+    if (at_ == stall_at::host && host) stall();
     s_->set(key, value);
-    // Gloo's key for this rank's addresses is "<prefix><rank>"; its hostname key "rank_<r>".
-    const auto slash = key.rfind('/');
-    const std::string_view last = key.substr(slash + 1);
-    if (!last.empty() && last.find_first_not_of("0123456789") == std::string_view::npos) {
-      std::this_thread::sleep_for(std::chrono::seconds(4));  // past rank 0's limit
-      _exit(0);
-    }
+    if (at_ == stall_at::addresses && digits && !host) stall();
   }
   std::vector<std::byte> get(std::string_view key, std::chrono::milliseconds t) override {
     return s_->get(key, t);
@@ -510,87 +519,27 @@ class stall_after_publish final : public tutti::bootstrap::store {
   }
 
  private:
+  [[noreturn]] void stall() const {
+    std::this_thread::sleep_for(sleep_);
+    _exit(0);
+  }
   std::shared_ptr<tutti::bootstrap::store> s_;
+  stall_at at_;
+  std::chrono::milliseconds sleep_;
 };
 
-}  // namespace
-
-namespace {
-
-/// A store whose rank connects its pairs and then stops for good when it would say which host
-/// it is on: the world's TCP mesh is whole, and what follows it waits on this rank.
-class stall_at_host final : public tutti::bootstrap::store {
- public:
-  explicit stall_at_host(std::shared_ptr<tutti::bootstrap::store> s) : s_(std::move(s)) {}
-  void set(std::string_view key, std::span<const std::byte> value) override {
-    if (key.find("/host/") != std::string_view::npos) {
-      std::this_thread::sleep_for(std::chrono::seconds(8));  // past rank 0's limit
-      _exit(0);
-    }
-    s_->set(key, value);
-  }
-  std::vector<std::byte> get(std::string_view key, std::chrono::milliseconds t) override {
-    return s_->get(key, t);
-  }
-  std::int64_t add(std::string_view key, std::int64_t delta) override {
-    return s_->add(key, delta);
-  }
-  void wait(std::span<const std::string> keys, std::chrono::milliseconds t) override {
-    s_->wait(keys, t);
-  }
-
- private:
-  std::shared_ptr<tutti::bootstrap::store> s_;
-};
-
-}  // namespace
-
-TEST_CASE("bootstrap: a peer that hangs after the mesh forms is named, within the timeout") {
-  // After Gloo's mesh every rank says which host it is on, through the store. A rank waiting
-  // there for a peer that never says raised the store's timeout, which names a key, not a
-  // rank (peer -1); under load the case below took that path (its world formed) and failed.
-  // 3 s: long enough for the mesh to form on a loaded machine, so that the wait for the hosts
-  // is where rank 0's deadline passes (were it still connecting, it would name that peer).
-  constexpr int n = 3;
+/// n ranks join over gloo with `timeout`, every rank but 0 stalling at `at`; checks that rank
+/// 0 raised errc::timeout naming one of them within 2.5 timeouts of starting to join.
+void check_bootstrap_stall(int n, std::chrono::milliseconds timeout, stall_at at) {
   shared_report rep;
   temp_dir dir;
   const std::string path = dir.url().substr(std::string_view("file://").size());
   tutti::options opts;
-  opts.timeout = std::chrono::seconds(3);
+  opts.timeout = timeout;
   const auto status = run_ranks(n, [&](int r) {
     std::shared_ptr<tutti::bootstrap::store> st =
         std::make_shared<tutti::bootstrap::file_store>(path, std::chrono::seconds(10));
-    if (r != 0) st = std::make_shared<stall_at_host>(std::move(st));
-    if (r == 0) rep->died_ns = now_ns();
-    return expect_error(rep.operator->(), r, [&] {
-      tutti::communicator<tutti::gloo> comm(
-          tutti::gloo::connect(st, "tutti/gloo/stall_host", r, n, "", -1, opts), opts);
-      comm.barrier();
-    });
-  });
-  CHECK(exited_with(status[0], 0));
-  CHECK(rep->kind[0] == static_cast<int>(tutti::errc::timeout));
-  CHECK(rep->peer[0] > 0);
-  const double seconds = double(rep->caught_ns[0] - rep->died_ns) * 1e-9;
-  CHECK(seconds < 6.0);  // two timeouts
-}
-
-TEST_CASE("bootstrap: peers that publish and then hang make a rank time out once, not per pair") {
-  // Gloo's connectFullMesh connects the pairs one after another, each waiting up to the whole
-  // timeout for the peer to connect: with 8 hung peers rank 0 waited up to 8 timeouts
-  // (finding 7). The bootstrap has one deadline now. Where rank 0 happens to be the side that
-  // connects to every peer (their kernels accept), the world forms and its first call times
-  // out instead: either way within two timeouts.
-  constexpr int n = 9;
-  shared_report rep;
-  temp_dir dir;
-  const std::string path = dir.url().substr(std::string_view("file://").size());
-  tutti::options opts;
-  opts.timeout = std::chrono::seconds(1);
-  const auto status = run_ranks(n, [&](int r) {
-    std::shared_ptr<tutti::bootstrap::store> st =
-        std::make_shared<tutti::bootstrap::file_store>(path, std::chrono::seconds(10));
-    if (r != 0) st = std::make_shared<stall_after_publish>(std::move(st));
+    if (r != 0) st = std::make_shared<stalling_store>(std::move(st), at, 4 * timeout);
     if (r == 0) rep->died_ns = now_ns();  // here: when rank 0 starts to join
     return expect_error(rep.operator->(), r, [&] {
       tutti::communicator<tutti::gloo> comm(
@@ -602,5 +551,25 @@ TEST_CASE("bootstrap: peers that publish and then hang make a rank time out once
   CHECK(rep->kind[0] == static_cast<int>(tutti::errc::timeout));
   CHECK(rep->peer[0] > 0);
   const double seconds = double(rep->caught_ns[0] - rep->died_ns) * 1e-9;
-  CHECK(seconds < 2.5);
+  CHECK(seconds < 2.5 * std::chrono::duration<double>(timeout).count());
+}
+
+}  // namespace
+
+TEST_CASE("bootstrap: a peer that hangs after the mesh forms is named, within the timeout") {
+  // After Gloo's mesh every rank says which host it is on, through the store. A rank waiting
+  // there for a peer that never says raised the store's timeout, which names a key, not a
+  // rank (peer -1); under load the case below took that path (its world formed) and failed.
+  // 2 s: long enough for the mesh to form on a loaded machine (the case below forms 9 ranks'
+  // within 1 s), so that the wait for the hosts is where rank 0's deadline passes.
+  check_bootstrap_stall(3, std::chrono::seconds(2), stall_at::host);
+}
+
+TEST_CASE("bootstrap: peers that publish and then hang make a rank time out once, not per pair") {
+  // Gloo's connectFullMesh connects the pairs one after another, each waiting up to the whole
+  // timeout for the peer to connect: with 8 hung peers rank 0 waited up to 8 timeouts
+  // (finding 7). The bootstrap has one deadline now. Where rank 0 happens to be the side that
+  // connects to every peer (their kernels accept), the world forms and its first call times
+  // out instead: either way within two timeouts (and a half: the process start).
+  check_bootstrap_stall(9, std::chrono::seconds(1), stall_at::addresses);
 }
