@@ -136,17 +136,21 @@ class gloo {
   /// TUTTI_HOST), exchanged when the world connected; index = rank.
   [[nodiscard]] const std::vector<std::string>& host_ids() const noexcept { return s_->host_ids; }
   /// An all-gather of one string per rank through this world's store, under keys named by
-  /// `tag` (each tag once per world), each read bounded by `timeout`: for joining another
-  /// transport's world beside this one (tutti::layered) before any collective runs.
+  /// `tag` (each tag once per world), the whole exchange bounded by `timeout` (errc::timeout
+  /// naming a rank that never published): for joining another transport's world beside this
+  /// one (tutti::layered) before any collective runs.
   [[nodiscard]] detail::split_exchange store_exchange(const std::string& tag,
                                                       std::chrono::milliseconds timeout) const {
     return [s = s_, tag, timeout](const std::string& mine) {
       const auto key = [&](int q) { return s->prefix + "x/" + tag + "/" + std::to_string(q); };
+      const auto deadline = detail::clock::now() + timeout;
       s->store->set_string(key(s->rank), mine);
       std::vector<std::string> all(static_cast<std::size_t>(s->size));
       for (int q = 0; q < s->size; ++q)
         all[static_cast<std::size_t>(q)] =
-            q == s->rank ? mine : s->store->get_string(key(q), timeout);
+            q == s->rank ? mine
+                         : detail::gloo_peer_value(*s->store, key(q), s->rank, q, deadline,
+                                                   "part of the exchange '" + tag + "'");
       return all;
     };
   }
