@@ -142,11 +142,17 @@ inline constexpr bool sweeps_policy =
 template <class T>
 inline constexpr bool is_signed_v = std::is_signed_v<T> || !std::is_integral_v<T>;
 
+/// input() reads its index modulo input_period, so reference() repeats every input_period
+/// indices too; datum() repeats every datum_period (97, and 2 for bool). The sweeps compute
+/// one period of what they fill or compare against and walk it (tests/suite.hpp).
+inline constexpr std::size_t input_period = 1009;
+inline constexpr std::size_t datum_period = 2 * 97;
+
 /// Input of rank r at index i for op k: small integers whose sums, products, minima and bit
 /// operations are exact in every element type, on up to 8 ranks.
 template <class T>
 double input(tutti::op_kind k, int r, std::size_t i) {
-  const auto ri = static_cast<long long>(r), ii = static_cast<long long>(i % 1009);
+  const auto ri = static_cast<long long>(r), ii = static_cast<long long>(i % input_period);
   if constexpr (std::is_same_v<T, bool>) return double((ri + ii) % 2);
   switch (k) {
     case tutti::op_kind::prod: {
