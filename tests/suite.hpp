@@ -96,18 +96,30 @@ buffer<T> inputs(tutti::op_kind k, int r, std::size_t n) {
   return in;
 }
 
+/// The first i < n at which `same(got[i], want[i % want.size()])` fails, else n: results
+/// walked along one period of their expected values (one_period).
+template <class T, class Same>
+std::size_t first_mismatch(const T* got, std::size_t n, const std::vector<double>& want,
+                           Same same) {
+  for (std::size_t i = 0, j = 0; i < n; ++i, j = j + 1 == want.size() ? 0 : j + 1)
+    if (!same(got[i], want[j])) return i;
+  return n;
+}
+
+/// Equal as values (what a copy must preserve); the expected side is from() of a T.
+inline constexpr auto same_value = [](const auto& got, double want) { return from(got) == want; };
+
 /// Checks res[i] == the reduction at index first + i for i < n; false (and reported) if not.
 template <class T>
 bool check_reduced(failures& f, const char* what, tutti::op_kind k, int p, int r, std::size_t n,
                    const T* res, std::size_t first, bool in_place) {
   const auto want = one_period<double>(first, n, input_period,
                                        [&](std::size_t i) { return reference<T>(k, p, i); });
-  for (std::size_t i = 0, j = 0; i < n; ++i, j = j + 1 == want.size() ? 0 : j + 1)
-    if (!matches<T>(k, res[i], want[j])) {
-      report(f, what, tutti::dtype_of<T>, k, p, n, r, first + i, in_place);
-      return false;
-    }
-  return true;
+  const std::size_t i =
+      first_mismatch(res, n, want, [k](const T& got, double w) { return matches<T>(k, got, w); });
+  if (i == n) return true;
+  report(f, what, tutti::dtype_of<T>, k, p, n, r, first + i, in_place);
+  return false;
 }
 
 /// Checks that `in` still holds rank r's inputs (an out-of-place call must not touch them).
@@ -116,13 +128,11 @@ bool check_inputs(failures& f, const char* what, tutti::op_kind k, int p, int r,
                   const buffer<T>& in) {
   const auto want = one_period<double>(
       0, in.size(), input_period, [&](std::size_t i) { return from(to<T>(input<T>(k, r, i))); });
-  for (std::size_t i = 0, j = 0; i < in.size(); ++i, j = j + 1 == want.size() ? 0 : j + 1)
-    if (from(in[i]) != want[j]) {
-      report(f, (std::string{what} + " changed its input:").c_str(), tutti::dtype_of<T>, k, p,
-             in.size(), r, i, false);
-      return false;
-    }
-  return true;
+  const std::size_t i = first_mismatch(in.data(), in.size(), want, same_value);
+  if (i == in.size()) return true;
+  report(f, (std::string{what} + " changed its input:").c_str(), tutti::dtype_of<T>, k, p,
+         in.size(), r, i, false);
+  return false;
 }
 
 /// out[i] = datum<T>(r, first + i) for i < n.
@@ -137,9 +147,7 @@ template <class T>
 bool holds_data(const T* got, int r, std::size_t n) {
   const auto want =
       one_period<double>(0, n, datum_period, [&](std::size_t i) { return from(datum<T>(r, i)); });
-  for (std::size_t i = 0, j = 0; i < n; ++i, j = j + 1 == want.size() ? 0 : j + 1)
-    if (from(got[i]) != want[j]) return false;
-  return true;
+  return first_mismatch(got, n, want, same_value) == n;
 }
 
 template <class T, class Op, class Comm>

@@ -159,14 +159,10 @@ struct value_plan {
     return detail::hash_index(i) % k_mod;
   }
 
-  /// Rank r's input at (global) element i of a reducing collective.
-  [[nodiscard]] std::uint64_t reduce_input(redop op, int r, int n, std::uint64_t i) const noexcept {
-    return reduce_input_at(op, (static_cast<std::uint64_t>(r) + i) % static_cast<std::uint64_t>(n),
-                           i);
-  }
-  /// reduce_input with rot = (r + i) mod n given (a fill walks it without dividing).
-  [[nodiscard]] std::uint64_t reduce_input_at(redop op, std::uint64_t rot,
-                                              std::uint64_t i) const noexcept {
+  /// Rank r's input at (global) element i of a reducing collective, given rot = (r + i) mod n
+  /// (a fill walks it rather than dividing per element).
+  [[nodiscard]] std::uint64_t reduce_input(redop op, std::uint64_t rot,
+                                           std::uint64_t i) const noexcept {
     switch (op) {
       case redop::prod:
         return rot < k(i) ? 2 : 1;
@@ -235,7 +231,7 @@ class dataset {
       case collective::reduce_scatter: {  // element i of the whole input, blocks included
         std::uint64_t rot = static_cast<std::uint64_t>(rank_) % n;
         for (std::size_t i = 0; i < s.in_elems; ++i, rot = rot + 1 == n ? 0 : rot + 1)
-          in[i] = value(plan_.reduce_input_at(op_, rot, i));
+          in[i] = value(plan_.reduce_input(op_, rot, i));
         return;
       }
       case collective::broadcast:
