@@ -19,6 +19,7 @@
 #include "tutti/core/types.hpp"
 #include "tutti/detail/algo_table.hpp"
 #include "tutti/detail/call.hpp"
+#include "tutti/detail/communicator_args.hpp"
 #include "tutti/detail/communicator_buffers.hpp"
 #include "tutti/detail/communicator_p2p.hpp"
 #include "tutti/detail/context.hpp"
@@ -97,16 +98,14 @@ class communicator_base {
   }
   template <class T>
   work all_gather_in_place(std::span<T> buf, bool async, void* stream = nullptr) {
-    if (buf.size() % world() != 0) bad_size("all_gather", buf.size());
-    const std::size_t n = buf.size() / world();
+    const std::size_t n = args(collective::all_gather).block(buf.size());
     return all_gather_impl<T>(buf.subspan(static_cast<std::size_t>(rank()) * n, n), buf, async,
                               stream);
   }
   /// In place: block rank() of `buf` receives the result (NCCL's in-place layout too).
   template <class T, class Op>
   work reduce_scatter_in_place(std::span<T> buf, Op op, bool async, void* stream = nullptr) {
-    if (buf.size() % world() != 0) bad_size("reduce_scatter", buf.size());
-    const std::size_t n = buf.size() / world();
+    const std::size_t n = args(collective::reduce_scatter).block(buf.size());
     return reduce_scatter_impl<T>(buf, buf.subspan(static_cast<std::size_t>(rank()) * n, n), op,
                                   async, stream);
   }
@@ -133,8 +132,9 @@ class communicator_base {
   work all_to_all_impl(input_span<T> in, std::span<T> out, bool async, void* stream = nullptr) {
     static_assert(has_all_to_all<Algorithm, Transport>,
                   "tutti: this algorithm policy does not implement all_to_all on this transport");
-    return moving(plain<T>(collective::all_to_all, in.size() / world(), -1).on(stream), bytes(in),
-                  in.size(), bytes(out), out.size(), -1, async);
+    return moving(plain<T>(collective::all_to_all, in.size() / static_cast<std::size_t>(size()), -1)
+                      .on(stream),
+                  bytes(in), in.size(), bytes(out), out.size(), -1, async);
   }
 
   template <collective Kind, class T>
@@ -224,14 +224,6 @@ class communicator_base {
     }
   }
 
-  [[noreturn]] void bad_size(const char* what, std::size_t got, std::size_t want = 0) const {
-    fail_arg(what, want == 0 && got != 0
-                       ? "buffer of " + std::to_string(got) + " elements is not a multiple of " +
-                             std::to_string(size()) + " ranks"
-                       : "buffer has " + std::to_string(got) + " elements, needs " +
-                             std::to_string(want));
-  }
-
  private:
   struct state {
     state(Transport tr, const options& o)
@@ -281,45 +273,29 @@ class communicator_base {
   static bytes_out bytes(std::span<T> s) noexcept {
     return reinterpret_cast<bytes_out>(s.data());
   }
-  [[nodiscard]] std::size_t world() const noexcept { return static_cast<std::size_t>(size()); }
-
-  [[noreturn]] void fail_arg(const char* what, const std::string& why) const {
-    throw error(errc::invalid_argument, what, s_->seq + 1, rank(), -1, why);
-  }
-  void check_root(const char* what, int root) const {
-    if (root < 0 || root >= size())
-      fail_arg(what, "root " + std::to_string(root) + " is not a rank in [0, " +
-                         std::to_string(size()) + ")");
+  /// The checks on the arguments of a call of `k`, the next this communicator numbers.
+  [[nodiscard]] call_args args(collective k) const noexcept {
+    return {k, s_->seq + 1, rank(), size()};
   }
 
   /// all_reduce, reduce and reduce_scatter on bytes: sizes are in elements of spec.elem.
   work reducing(const call_spec& spec, bytes_in i, std::size_t in_n, bytes_out o, std::size_t out_n,
                 int root, bool async) {
     const collective k = spec.fp.coll;
-    const char* what = name(k).data();
-    if (k == collective::reduce) {
-      check_root(what, root);
-      if (rank() != root)
-        o = nullptr;
-      else if (out_n != in_n)
-        bad_size(what, out_n, in_n);
-    } else if (k == collective::reduce_scatter) {
-      if (in_n != out_n * world()) bad_size(what, in_n, out_n * world());
-    } else if (out_n != in_n) {
-      bad_size(what, out_n, in_n);
-    }
-    const std::size_t n = k == collective::reduce_scatter ? out_n : in_n;
-    return run(spec, async, [k, i, o, n, root](ctx_t& c) {
+    const call_bytes b = args(k).reducing(i, in_n, o, out_n, root);
+    return run(spec, async, [k, b, root](ctx_t& c) {
       (void)root;  // unused where the policy has no reduce
       if (k == collective::all_reduce) {
-        if constexpr (has_all_reduce<Algorithm, Transport>) Algorithm::all_reduce(c, i, o, n);
+        if constexpr (has_all_reduce<Algorithm, Transport>)
+          Algorithm::all_reduce(c, b.in, b.out, b.n);
       } else if (k == collective::reduce) {
-        if constexpr (has_reduce<Algorithm, Transport>) Algorithm::reduce(c, i, o, n, root);
+        if constexpr (has_reduce<Algorithm, Transport>)
+          Algorithm::reduce(c, b.in, b.out, b.n, root);
       } else {
         if constexpr (has_reduce_scatter<Algorithm, Transport>)
-          Algorithm::reduce_scatter(c, i, o, n);
+          Algorithm::reduce_scatter(c, b.in, b.out, b.n);
       }
-      c.finish(o, n);
+      c.finish(b.out, b.n);
     });
   }
 
@@ -327,48 +303,29 @@ class communicator_base {
   work moving(const call_spec& spec, bytes_in i, std::size_t in_n, bytes_out o, std::size_t out_n,
               int root, bool async) {
     const collective k = spec.fp.coll;
-    const char* what = name(k).data();
-    if (k == collective::gather || k == collective::scatter || k == collective::broadcast)
-      check_root(what, root);
-    std::size_t n = in_n;
-    switch (k) {
-      case collective::all_gather:
-        if (out_n != in_n * world()) bad_size(what, out_n, in_n * world());
-        break;
-      case collective::gather:
-        if (rank() == root && out_n != in_n * world()) bad_size(what, out_n, in_n * world());
-        if (rank() != root) o = nullptr;
-        break;
-      case collective::scatter:
-        n = out_n;
-        if (rank() == root && in_n != out_n * world()) bad_size(what, in_n, out_n * world());
-        if (rank() != root) i = nullptr;
-        break;
-      case collective::all_to_all:
-        if (in_n % world() != 0) bad_size(what, in_n);
-        if (out_n != in_n) bad_size(what, out_n, in_n);
-        n = in_n / world();
-        break;
-      default:  // broadcast: one buffer
-        break;
-    }
-    return run(spec, async, [k, i, o, n, root](ctx_t& c) {
+    const call_bytes b = args(k).moving(i, in_n, o, out_n, root);
+    return run(spec, async, [k, b, root](ctx_t& c) {
       (void)root;  // unused where the policy has none of broadcast, gather, scatter
       switch (k) {
         case collective::broadcast:
-          if constexpr (has_broadcast<Algorithm, Transport>) Algorithm::broadcast(c, o, n, root);
+          if constexpr (has_broadcast<Algorithm, Transport>)
+            Algorithm::broadcast(c, b.out, b.n, root);
           break;
         case collective::all_gather:
-          if constexpr (has_all_gather<Algorithm, Transport>) Algorithm::all_gather(c, i, o, n);
+          if constexpr (has_all_gather<Algorithm, Transport>)
+            Algorithm::all_gather(c, b.in, b.out, b.n);
           break;
         case collective::gather:
-          if constexpr (has_gather<Algorithm, Transport>) Algorithm::gather(c, i, o, n, root);
+          if constexpr (has_gather<Algorithm, Transport>)
+            Algorithm::gather(c, b.in, b.out, b.n, root);
           break;
         case collective::scatter:
-          if constexpr (has_scatter<Algorithm, Transport>) Algorithm::scatter(c, i, o, n, root);
+          if constexpr (has_scatter<Algorithm, Transport>)
+            Algorithm::scatter(c, b.in, b.out, b.n, root);
           break;
         default:
-          if constexpr (has_all_to_all<Algorithm, Transport>) Algorithm::all_to_all(c, i, o, n);
+          if constexpr (has_all_to_all<Algorithm, Transport>)
+            Algorithm::all_to_all(c, b.in, b.out, b.n);
           break;
       }
     });
@@ -379,36 +336,22 @@ class communicator_base {
                     std::span<const std::size_t> counts, bool async) {
     const collective kind = spec.fp.coll;
     const int root = spec.fp.root;
-    const char* what = name(kind).data();
-    if (counts.size() != world())
-      fail_arg(what, "counts has " + std::to_string(counts.size()) + " entries for " +
-                         std::to_string(world()) + " ranks");
-    if (root >= 0 || kind != collective::all_gatherv) check_root(what, root);
-    std::size_t total = 0;
-    for (auto c : counts) total += c;
-    const auto me = static_cast<std::size_t>(rank());
-    const bool gathers = kind != collective::scatterv;
-    const bool holds_all = kind == collective::all_gatherv || rank() == root;
-    if (gathers && in_n != counts[me]) bad_size(what, in_n, counts[me]);
-    if (!gathers && out_n != counts[me]) bad_size(what, out_n, counts[me]);
-    if (holds_all && (gathers ? out_n : in_n) != total)
-      bad_size(what, gathers ? out_n : in_n, total);
+    const call_bytes b = args(kind).vectored(i, in_n, o, out_n, counts, root);
     spec.fp.count = hash_counts(counts);
-    if (!(gathers || holds_all)) i = nullptr;
-    if (!(!gathers || holds_all)) o = nullptr;
     return run(
         spec, async,
-        [kind, i, o, cv = std::vector<std::size_t>(counts.begin(), counts.end()), root](ctx_t& c) {
+        [kind, b, cv = std::vector<std::size_t>(counts.begin(), counts.end()), root](ctx_t& c) {
           (void)root;  // unused where the policy has neither gatherv nor scatterv
           const std::span<const std::size_t> cs(cv);
           if (kind == collective::all_gatherv) {
             if constexpr (has_all_gatherv<Algorithm, Transport>)
-              Algorithm::all_gatherv(c, i, o, cs);
+              Algorithm::all_gatherv(c, b.in, b.out, cs);
           } else if (kind == collective::gatherv) {
-            if constexpr (has_gatherv<Algorithm, Transport>) Algorithm::gatherv(c, i, o, cs, root);
+            if constexpr (has_gatherv<Algorithm, Transport>)
+              Algorithm::gatherv(c, b.in, b.out, cs, root);
           } else {
             if constexpr (has_scatterv<Algorithm, Transport>)
-              Algorithm::scatterv(c, i, o, cs, root);
+              Algorithm::scatterv(c, b.in, b.out, cs, root);
           }
         });
   }
@@ -416,14 +359,7 @@ class communicator_base {
   work all_to_allv_bytes(const call_spec& spec, bytes_in i, std::size_t in_n,
                          std::span<const std::size_t> sc, bytes_out o, std::size_t out_n,
                          std::span<const std::size_t> rc, bool async) {
-    if (sc.size() != world() || rc.size() != world())
-      fail_arg("all_to_allv", "send_counts and recv_counts need one entry per rank");
-    std::size_t st = 0, rt = 0;
-    for (auto c : sc) st += c;
-    for (auto c : rc) rt += c;
-    if (in_n != st) bad_size("all_to_allv", in_n, st);
-    if (out_n != rt) bad_size("all_to_allv", out_n, rt);
-    // Counts differ per rank by design: each pair's sizes are checked on its messages.
+    args(collective::all_to_allv).all_to_allv(in_n, sc, out_n, rc);
     return run(spec, async,
                [i, o, s = std::vector<std::size_t>(sc.begin(), sc.end()),
                 r = std::vector<std::size_t>(rc.begin(), rc.end())](ctx_t& c) {
