@@ -362,6 +362,40 @@ def groups(rank, size, gloo):
                   f"one host: the world runs over shm unless told ({tutti_torch.transport()})")
 
 
+def mesh(rank, size, gloo):
+    """torch's DeviceMesh and DTensor over tutti, the shape tensor- and data-parallel code is
+    written in: a (size/2) x 2 mesh ("dp", "tp"), its groups along each dimension, a tensor
+    sharded along "tp" and gathered back, partial sums made whole. Even world sizes only."""
+    if size % 2:
+        return
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+
+    m = init_device_mesh("cpu", (size // 2, 2), mesh_dim_names=("dp", "tp"))
+    dp, tp = divmod(rank, 2)
+    harness.check(tuple(m.get_coordinate()) == (dp, tp), f"mesh coordinate: {m.get_coordinate()}")
+    harness.check((m.get_local_rank("dp"), m.get_local_rank("tp")) == (dp, tp),
+                  "mesh local ranks")
+    harness.check(dist.get_backend(m.get_group("tp")) == "tutti", "the mesh's groups are tutti's")
+    t = torch.tensor([rank + 1], dtype=torch.int64)
+    dist.all_reduce(t, group=m.get_group("tp"))  # ranks 2dp and 2dp + 1
+    harness.check(t.item() == 4 * dp + 3, f"all_reduce along tp: {t.item()}")
+    u = torch.tensor([rank + 1], dtype=torch.int64)
+    dist.all_reduce(u, group=m.get_group("dp"))  # ranks tp, tp + 2, ...
+    harness.check(u.item() == sum(2 * d + tp + 1 for d in range(size // 2)),
+                  f"all_reduce along dp: {u.item()}")
+
+    full = torch.arange(8 * 3, dtype=torch.float32).view(8, 3) + 100 * dp
+    d = distribute_tensor(full, m["tp"], [Shard(0)])
+    harness.check(torch.equal(d.to_local(), full[4 * tp:4 * tp + 4]),
+                  f"Shard(0) along tp: {d.to_local()}")
+    harness.check(torch.equal(d.full_tensor(), full), "a sharded DTensor gathered back")
+    p = DTensor.from_local(torch.full((5,), float(rank + 1)), m["tp"], [Partial()])
+    whole = p.redistribute(m["tp"], [Replicate()]).to_local()
+    harness.check(torch.equal(whole, torch.full((5,), float(4 * dp + 3))),
+                  f"Partial made Replicate along tp: {whole}")
+
+
 def sparse_input(dt, rank, hybrid=False, empty=False):
     """Rank `rank`'s sparse COO tensor: rank + 2 nonzeros, one index repeated (uncoalesced),
     some shared with other ranks; `hybrid`: a dense row of 3 per nonzero."""
@@ -452,7 +486,7 @@ def bad_arguments(rank, size, gloo):
 def run_all(rank, size, init):
     dist.init_process_group("tutti", init_method=init, rank=rank, world_size=size)
     gloo = dist.new_group(backend="gloo")
-    for part in (reductions, sparse, data_movement, point_to_point, objects, groups,
+    for part in (reductions, sparse, data_movement, point_to_point, objects, groups, mesh,
                  bad_arguments):
         part(rank, size, gloo)
     dist.destroy_process_group()
