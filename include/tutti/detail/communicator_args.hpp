@@ -72,19 +72,19 @@ class call_args {
   /// broadcast (one buffer: i == o), all_gather, gather, scatter and all_to_all.
   [[nodiscard]] call_bytes moving(const std::byte* i, std::size_t in_n, std::byte* o,
                                   std::size_t out_n, int root) const {
-    const bool root_only = rank_ != root;
+    const bool is_root = rank_ == root;
     switch (k_) {
       case collective::all_gather:
         if (out_n != in_n * world()) bad_size(out_n, in_n * world());
         return {i, o, in_n};
       case collective::gather:
         check_root(root);
-        if (!root_only && out_n != in_n * world()) bad_size(out_n, in_n * world());
-        return {i, root_only ? nullptr : o, in_n};
+        if (is_root && out_n != in_n * world()) bad_size(out_n, in_n * world());
+        return {i, is_root ? o : nullptr, in_n};
       case collective::scatter:
         check_root(root);
-        if (!root_only && in_n != out_n * world()) bad_size(in_n, out_n * world());
-        return {root_only ? nullptr : i, o, out_n};
+        if (is_root && in_n != out_n * world()) bad_size(in_n, out_n * world());
+        return {is_root ? i : nullptr, o, out_n};
       case collective::all_to_all: {
         const std::size_t n = block(in_n);
         if (out_n != in_n) bad_size(out_n, in_n);
