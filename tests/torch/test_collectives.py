@@ -365,7 +365,8 @@ def groups(rank, size, gloo):
 def mesh(rank, size, gloo):
     """torch's DeviceMesh and DTensor over tutti, the shape tensor- and data-parallel code is
     written in: a (size/2) x 2 mesh ("dp", "tp"), its groups along each dimension, a tensor
-    sharded along "tp" and gathered back, partial sums made whole. Even world sizes only."""
+    sharded along "tp" and gathered back, partial sums made whole, and a tensor-parallel MLP
+    (parallelize_module) forward and backward. Even world sizes only."""
     if size % 2:
         return
     from torch.distributed.device_mesh import init_device_mesh
@@ -394,6 +395,34 @@ def mesh(rank, size, gloo):
     whole = p.redistribute(m["tp"], [Replicate()]).to_local()
     harness.check(torch.equal(whole, torch.full((5,), float(4 * dp + 3))),
                   f"Partial made Replicate along tp: {whole}")
+
+    # Tensor parallelism as torch writes it: a column-wise then a row-wise Linear along "tp",
+    # forward and backward against the same model unsharded. Integer weights and inputs in
+    # float64 keep every sum exact, whatever order the shards add in.
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+    gen = torch.Generator().manual_seed(7)
+
+    def mlp():
+        net = torch.nn.Sequential(torch.nn.Linear(8, 16, dtype=torch.float64), torch.nn.ReLU(),
+                                  torch.nn.Linear(16, 4, dtype=torch.float64))
+        with torch.no_grad():
+            for w in net.parameters():
+                w.copy_(torch.randint(-3, 4, w.shape, generator=gen))
+        return net
+
+    ref = mlp()  # the same weights on every rank (the same seed)
+    net = mlp()
+    net.load_state_dict(ref.state_dict())
+    parallelize_module(net, m["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    x = (torch.arange(3 * 8, dtype=torch.float64).view(3, 8) % 5) - 2 + dp
+    y, y_ref = net(x), ref(x)
+    harness.check(torch.equal(y, y_ref), f"tensor-parallel forward: {y} against {y_ref}")
+    y.sum().backward()
+    y_ref.sum().backward()
+    for (name, w), w_ref in zip(net.named_parameters(), ref.parameters()):
+        g = w.grad.full_tensor()
+        harness.check(torch.equal(g, w_ref.grad), f"tensor-parallel gradient of {name}")
 
 
 def sparse_input(dt, rank, hybrid=False, empty=False):
