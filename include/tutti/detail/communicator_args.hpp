@@ -32,20 +32,6 @@ class call_args {
   call_args(collective k, std::uint64_t seq, int rank, int size) noexcept
       : k_(k), seq_(seq), rank_(rank), size_(size) {}
 
-  [[noreturn]] void fail(const std::string& why) const {
-    throw error(errc::invalid_argument, std::string(name(k_)), seq_, rank_, -1, why);
-  }
-  /// A buffer of `got` elements where `want` were needed, or (want 0) not a whole number of blocks.
-  [[noreturn]] void bad_size(std::size_t got, std::size_t want = 0) const {
-    fail(want == 0 && got != 0
-             ? "buffer of " + std::to_string(got) + " elements is not a multiple of " +
-                   std::to_string(size_) + " ranks"
-             : "buffer has " + std::to_string(got) + " elements, needs " + std::to_string(want));
-  }
-  void check_root(int root) const {
-    if (root < 0 || root >= size_)
-      fail("root " + std::to_string(root) + " is not a rank in [0, " + std::to_string(size_) + ")");
-  }
   /// A buffer of `n` elements as one block per rank: the block's size.
   [[nodiscard]] std::size_t block(std::size_t n) const {
     if (n % world() != 0) bad_size(n);
@@ -129,6 +115,20 @@ class call_args {
   }
 
  private:
+  [[noreturn]] void fail(const std::string& why) const {
+    throw error(errc::invalid_argument, std::string(name(k_)), seq_, rank_, -1, why);
+  }
+  /// A buffer of `got` elements where `want` were needed, or (want 0) not a whole number of blocks.
+  [[noreturn]] void bad_size(std::size_t got, std::size_t want = 0) const {
+    fail(want == 0 && got != 0
+             ? "buffer of " + std::to_string(got) + " elements is not a multiple of " +
+                   std::to_string(size_) + " ranks"
+             : "buffer has " + std::to_string(got) + " elements, needs " + std::to_string(want));
+  }
+  void check_root(int root) const {
+    if (root < 0 || root >= size_)
+      fail("root " + std::to_string(root) + " is not a rank in [0, " + std::to_string(size_) + ")");
+  }
   [[nodiscard]] std::size_t world() const noexcept { return static_cast<std::size_t>(size_); }
 
   collective k_;
