@@ -13,7 +13,8 @@
 #                                                                 hierarchical@cluster)
 #   TUTTI_GLOO_CMA=0 tutti-bench ... --algo automatic            (automatic_tcp, not by default)
 #   tutti-bench-gloo all_reduce --algo X                         (gloo_X: Gloo's own)
-# both out of place where the algorithm has that form, time = the slowest rank's mean (-a 3).
+# both out of place where the algorithm has that form (PLACEMENT), time = the slowest rank's mean
+# (-a 3).
 # Runs as root (it makes namespaces); needs iproute2's ip, tc (with RATE), ethtool (with
 # FRAMES=whole), python3, timeout.
 #
@@ -50,6 +51,11 @@
 #                                   instead of at the veth's speed
 #   MINBYTES (4)  MAXBYTES (64M)    sizes, nccl-tests syntax (K/M/G), doubling
 #   ROUNDS (2)                      runs per algorithm
+#   PLACEMENT (out-of-place)        out-of-place or in-place: tutti's policies and Gloo's ring and
+#                                   bcube; Gloo's classic classes (ring_chunked,
+#                                   halving_doubling) run in place either way, so in-place is
+#                                   the like-for-like comparison with them (out of place, a
+#                                   tutti rank first copies its input to its output)
 #   ALGOS (automatic ring tree recursive_halving gloo_ring gloo_bcube gloo_ring_chunked
 #          gloo_halving_doubling)   space-separated: tutti-bench --algo names (and automatic_tcp),
 #                                   each on --transport gloo, or NAME@TRANSPORT for another
@@ -100,12 +106,15 @@ rate="${RATE:-}"
 minbytes="${MINBYTES:-4}"
 maxbytes="${MAXBYTES:-64M}"
 rounds="${ROUNDS:-2}"
+placement="${PLACEMENT:-out-of-place}"
 run_timeout="${RUN_TIMEOUT:-900}"
 bin_dir="${BIN_DIR:-$repo/build/release/bench}"
 read -r -a algos <<<"${ALGOS:-automatic ring tree recursive_halving gloo_ring gloo_bcube gloo_ring_chunked gloo_halving_doubling}"
 [[ "$hosts" =~ ^[1-9][0-9]*$ && "$hosts" -le 250 ]] || die "HOSTS must be an integer in 1..250"
 [[ "$rph" =~ ^[1-9][0-9]*$ ]] || die "RANKS_PER_HOST must be a positive integer"
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"
+[[ "$placement" == out-of-place || "$placement" == in-place ]] ||
+  die "PLACEMENT must be out-of-place or in-place"
 [[ "$run_timeout" =~ ^[1-9][0-9]*$ ]] || die "RUN_TIMEOUT must be a positive number of seconds"
 ((${#algos[@]} > 0)) || die "ALGOS is empty"
 prio=()
@@ -337,8 +346,8 @@ model="$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
     "links: $( ((${#tbf[@]})) && echo "tc ${tbf[*]} (bytes), each direction" || echo unshaped)," \
     "MTU $mtu, $([[ "$frames" == whole ]] && echo "whole frames (offloads off)" || echo "GSO packets")," \
     "TCP congestion control $(ip netns exec "${tag}h0" sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo '?')"
-  echo "- tutti-bench --transport gloo (A@T: --transport T) / tutti-bench-gloo all_reduce --algo A -b $minbytes -e $maxbytes -a 3 --csv;" \
-    "best of $rounds interleaved runs${PRIO:+, under chrt -f $PRIO}"
+  echo "- tutti-bench --transport gloo (A@T: --transport T) / tutti-bench-gloo all_reduce --algo A -b $minbytes -e $maxbytes -a 3 --csv --placement $placement" \
+    "(Gloo's ring_chunked and halving_doubling: in place); best of $rounds interleaved runs${PRIO:+, under chrt -f $PRIO}"
   echo "- raw output: $out"
   echo
 } | tee "$out/summary.md"
@@ -351,14 +360,14 @@ for ((round = 1; round <= rounds; round++)); do
     if [[ "$a" == gloo_* ]]; then
       cmd=("$peer" all_reduce --algo "${a#gloo_}")
       # ring and bcube have both forms; the classic classes only in place
-      [[ "$a" == gloo_ring || "$a" == gloo_bcube ]] && cmd+=(--placement out-of-place)
+      [[ "$a" == gloo_ring || "$a" == gloo_bcube ]] && cmd+=(--placement "$placement")
     else
       name="${a%%@*}" transport=gloo
       [[ "$a" != *@* ]] || transport="${a#*@}"
       cmd=()
       # automatic_tcp: automatic with every message on Gloo's TCP pairs, as Gloo's own have them
       [[ "$name" != automatic_tcp ]] || { name=automatic cmd=(env TUTTI_GLOO_CMA=0); }
-      cmd+=("$bin" all_reduce --transport "$transport" --algo "$name" --placement out-of-place)
+      cmd+=("$bin" all_reduce --transport "$transport" --algo "$name" --placement "$placement")
     fi
     if run_world "$a.r$round" "${cmd[@]}" -b "$minbytes" -e "$maxbytes" -a 3 --csv --json "$out/$a.r$round.json"; then
       printf 'ok (%ss)\n' "$((SECONDS - start))" >&2
