@@ -54,65 +54,46 @@ inline constexpr std::size_t gloo_single_copy_chunk = std::size_t{256} << 10;
   return sp == space::collective && gloo_single_copy(st, peer);
 }
 
-/// The probe (detail/cma.hpp): every rank publishes its host identity, pid and a random
-/// word's address; each reads the word of every peer on its host back, publishes which it
-/// could read, and uses single copies with the peers that could read it too. TUTTI_GLOO_CMA=0
-/// leaves this rank out (so every pair with it stays on TCP).
-inline void gloo_setup_single_copy(gloo_state& st, clock::time_point deadline) {
-  const auto n = static_cast<std::size_t>(st.size);
-  st.cma_pid.assign(n, 0);
-  if (st.size == 1) return;
+/// This rank's single-copy offer (see gloo_setup_single_copy): its host identity, pid and the
+/// address of a fresh random word at the head of its mailbox (made here); an empty one where
+/// TUTTI_GLOO_CMA=0.
+[[nodiscard]] inline cma_offer gloo_cma_offer(gloo_state& st) {
   cma_offer mine;
-  if (env_switch_on("TUTTI_GLOO_CMA")) {
-    mine.host = cma_host_identity();
-    mine.pid = ::getpid();
-    std::random_device rd;
-    mine.value = ((std::uint64_t{rd()} << 32) ^ rd()) | 1;
-    st.mailbox = cma_mailbox::make(st.size, mine.value);
-    mine.address = reinterpret_cast<std::uintptr_t>(st.mailbox);
-  }
-  const auto key = [&](const char* what, int q) { return st.prefix + what + std::to_string(q); };
-  st.store->set_string(key("cma/", st.rank), mine.encode());
-  std::string readable(n, '0');
-  std::vector<pid_t> pids(n, 0);
-  st.cma_links.assign(n, {});
-  std::string refused;
-  for (int q = 0; q < st.size; ++q) {
-    if (q == st.rank) continue;
-    const auto theirs = cma_offer::decode(
-        gloo_peer_value(*st.store, key("cma/", q), st.rank, q, deadline, "single-copy offer"));
-    if (mine.host.empty() || !theirs || theirs->host != mine.host) continue;
-    std::uint64_t got = 0;
-    int err = cma_read(theirs->pid, &got, theirs->address, sizeof got);
-    // Acknowledgements are writes: write the word back as it was (others may be reading it).
-    if (err == 0 && got == theirs->value) err = cma_write_word(theirs->pid, got, theirs->address);
-    if (err == 0 && got == theirs->value) {
-      readable[static_cast<std::size_t>(q)] = '1';
-      pids[static_cast<std::size_t>(q)] = theirs->pid;
-      st.cma_links[static_cast<std::size_t>(q)].inbox =
-          cma_mailbox::inbox_address(theirs->address, st.rank);
-    } else {
-      refused += " " + std::to_string(q) + " (" +
-                 (err != 0 ? std::generic_category().message(err) : std::string("wrong word")) +
-                 ")";
-    }
-  }
-  st.store->set_string(key("cma_ok/", st.rank), readable);
-  // Every rank's list, so that every rank knows alike which pairs have single copies.
-  std::vector<std::string> lists(n);
-  lists[static_cast<std::size_t>(st.rank)] = readable;
+  if (!env_switch_on("TUTTI_GLOO_CMA")) return mine;
+  mine.host = cma_host_identity();
+  mine.pid = ::getpid();
+  std::random_device rd;
+  mine.value = ((std::uint64_t{rd()} << 32) ^ rd()) | 1;
+  st.mailbox = cma_mailbox::make(st.size, mine.value);
+  mine.address = reinterpret_cast<std::uintptr_t>(st.mailbox);
+  return mine;
+}
+
+/// Reads the word `theirs` offers out of its process and writes it back as it was
+/// (acknowledgements are writes; others may be reading the word): empty where both worked and
+/// the word is the one offered, else why not.
+[[nodiscard]] inline std::string gloo_cma_try(const cma_offer& theirs) {
+  std::uint64_t got = 0;
+  int err = cma_read(theirs.pid, &got, theirs.address, sizeof got);
+  if (err == 0 && got == theirs.value) err = cma_write_word(theirs.pid, got, theirs.address);
+  if (err != 0) return std::generic_category().message(err);
+  return got == theirs.value ? std::string() : std::string("wrong word");
+}
+
+/// From every rank's list of the peers it could read (index = rank, '1' = readable; this
+/// rank's is `lists[rank]`): single copies with each peer that could read this rank too
+/// (st.cma_pid, from `pids`), and whether every pair of the world, and every pair inside each
+/// host, has them (the same on every rank). Returns the peers, for TUTTI_DEBUG.
+inline std::string gloo_cma_agree(gloo_state& st, const std::vector<std::string>& lists,
+                                  const std::vector<pid_t>& pids) {
+  const auto n = static_cast<std::size_t>(st.size);
+  const auto me = static_cast<std::size_t>(st.rank);
   std::string with;
-  for (int q = 0; q < st.size; ++q) {
-    if (q == st.rank) continue;
-    const auto i = static_cast<std::size_t>(q);
-    lists[i] =
-        gloo_peer_value(*st.store, key("cma_ok/", q), st.rank, q, deadline, "single-copy answers");
-    if (readable[i] == '1' && lists[i].size() == n &&
-        lists[i][static_cast<std::size_t>(st.rank)] == '1') {
-      st.cma_pid[i] = pids[i];
+  for (std::size_t q = 0; q < n; ++q)
+    if (q != me && lists[me][q] == '1' && lists[q].size() == n && lists[q][me] == '1') {
+      st.cma_pid[q] = pids[q];
       with += " " + std::to_string(q);
     }
-  }
   // Whether both ranks of every pair that `counts` can read each other's memory.
   const auto every_pair = [&](auto counts) {
     for (std::size_t q = 0; q < n; ++q)
@@ -123,6 +104,46 @@ inline void gloo_setup_single_copy(gloo_state& st, clock::time_point deadline) {
   st.single_copy_world = every_pair([](std::size_t, std::size_t) { return true; });
   st.single_copy_hosts = every_pair(
       [&](std::size_t q, std::size_t j) { return st.hosts.host_of[q] == st.hosts.host_of[j]; });
+  return with;
+}
+
+/// The probe (detail/cma.hpp): every rank publishes its host identity, pid and a random
+/// word's address; each reads the word of every peer on its host back, publishes which it
+/// could read, and uses single copies with the peers that could read it too. TUTTI_GLOO_CMA=0
+/// leaves this rank out (so every pair with it stays on TCP).
+inline void gloo_setup_single_copy(gloo_state& st, clock::time_point deadline) {
+  const auto n = static_cast<std::size_t>(st.size);
+  st.cma_pid.assign(n, 0);
+  if (st.size == 1) return;
+  const cma_offer mine = gloo_cma_offer(st);
+  const auto key = [&](const char* what, int q) { return st.prefix + what + std::to_string(q); };
+  st.store->set_string(key("cma/", st.rank), mine.encode());
+  std::vector<std::string> lists(n);
+  std::string& readable = lists[static_cast<std::size_t>(st.rank)] = std::string(n, '0');
+  std::vector<pid_t> pids(n, 0);
+  st.cma_links.assign(n, {});
+  std::string refused;
+  for (int q = 0; q < st.size; ++q) {
+    if (q == st.rank) continue;
+    const auto theirs = cma_offer::decode(
+        gloo_peer_value(*st.store, key("cma/", q), st.rank, q, deadline, "single-copy offer"));
+    if (mine.host.empty() || !theirs || theirs->host != mine.host) continue;
+    if (const std::string why = gloo_cma_try(*theirs); !why.empty()) {
+      refused += " " + std::to_string(q) + " (" + why + ")";
+      continue;
+    }
+    const auto i = static_cast<std::size_t>(q);
+    readable[i] = '1';
+    pids[i] = theirs->pid;
+    st.cma_links[i].inbox = cma_mailbox::inbox_address(theirs->address, st.rank);
+  }
+  st.store->set_string(key("cma_ok/", st.rank), readable);
+  // Every rank's list, so that every rank knows alike which pairs have single copies.
+  for (int q = 0; q < st.size; ++q)
+    if (q != st.rank)
+      lists[static_cast<std::size_t>(q)] = gloo_peer_value(*st.store, key("cma_ok/", q), st.rank, q,
+                                                           deadline, "single-copy answers");
+  const std::string with = gloo_cma_agree(st, lists, pids);
   if (debug_info())
     std::fprintf(stderr, "tutti[gloo] rank %d/%d: single copies with ranks:%s%s%s\n", st.rank,
                  st.size, with.empty() ? " none" : with.c_str(),
