@@ -187,6 +187,48 @@ class store_engine {
     return true;
   }
 
+  /// add: the key's counter (0 when absent) plus the request's amount; false when malformed.
+  bool handle_add(store_connection& c, store_parser& p) {
+    std::span<const std::byte> key;
+    std::uint64_t n = 0;
+    if (!p.key(key) || !p.u64(n) || !p.done()) return false;
+    auto it = data_.find(store_string(key));
+    std::int64_t sum = 0;
+    std::string why;
+    if (!store_add_counter(it == data_.end() ? nullptr : &it->second, static_cast<std::int64_t>(n),
+                           sum, why)) {
+      const std::string msg = "add to key " + store_quote(store_string(key)) + ": " + why;
+      reply(c, store_frame()
+                   .u8(2)
+                   .u8(static_cast<std::uint8_t>(errc::invalid_argument))
+                   .field(store_bytes(msg))
+                   .finish());
+      return true;
+    }
+    data_.insert_or_assign(store_string(key), store_counter_bytes(sum));
+    reply(c, store_frame().u8(0).u64(static_cast<std::uint64_t>(sum)).finish());
+    wake_waiters();
+    return true;
+  }
+
+  /// wait: parks the connection until every key it names is set; false when malformed.
+  bool handle_wait(store_connection& c, store_parser& p) {
+    std::uint64_t n = 0;
+    std::uint32_t count = 0;
+    // Each key takes at least 5 bytes: check the count against the frame before reserving.
+    if (!p.u64(n) || !p.u32(count) || count > p.remaining() / 5) return false;
+    std::vector<std::string> keys;
+    keys.reserve(count);
+    for (std::uint32_t i = 0; i < count; ++i) {
+      std::span<const std::byte> key;
+      if (!p.key(key)) return false;
+      keys.push_back(store_string(key));
+    }
+    if (!p.done()) return false;
+    park(c, store_op::wait, std::move(keys), n);
+    return true;
+  }
+
   /// Handles one request; false when it is malformed (the connection is then closed).
   bool handle_request(store_connection& c, std::span<const std::byte> payload) {
     store_parser p(payload);
@@ -207,40 +249,10 @@ class store_engine {
         if (!p.u64(n) || !p.key(key) || !p.done()) return false;
         park(c, store_op::get, {store_string(key)}, n);
         return true;
-      case store_op::add: {
-        if (!p.key(key) || !p.u64(n) || !p.done()) return false;
-        auto it = data_.find(store_string(key));
-        std::int64_t sum = 0;
-        std::string why;
-        if (!store_add_counter(it == data_.end() ? nullptr : &it->second,
-                               static_cast<std::int64_t>(n), sum, why)) {
-          const std::string msg = "add to key " + store_quote(store_string(key)) + ": " + why;
-          reply(c, store_frame()
-                       .u8(2)
-                       .u8(static_cast<std::uint8_t>(errc::invalid_argument))
-                       .field(store_bytes(msg))
-                       .finish());
-          return true;
-        }
-        data_.insert_or_assign(store_string(key), store_counter_bytes(sum));
-        reply(c, store_frame().u8(0).u64(static_cast<std::uint64_t>(sum)).finish());
-        wake_waiters();
-        return true;
-      }
-      case store_op::wait: {
-        std::uint32_t count = 0;
-        // Each key takes at least 5 bytes: check the count against the frame before reserving.
-        if (!p.u64(n) || !p.u32(count) || count > p.remaining() / 5) return false;
-        std::vector<std::string> keys;
-        keys.reserve(count);
-        for (std::uint32_t i = 0; i < count; ++i) {
-          if (!p.key(key)) return false;
-          keys.push_back(store_string(key));
-        }
-        if (!p.done()) return false;
-        park(c, store_op::wait, std::move(keys), n);
-        return true;
-      }
+      case store_op::add:
+        return handle_add(c, p);
+      case store_op::wait:
+        return handle_wait(c, p);
       case store_op::hello:
         if (payload.size() != 1 + store_nonce_bytes) return false;
         refuse(c, errc::invalid_argument,
