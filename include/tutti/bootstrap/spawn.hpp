@@ -207,6 +207,25 @@ inline void spawn_sleep(long micros) noexcept {
   return static_cast<long>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
+/// What rank `rank`'s end means for spawn (`got`: waitpid's result, `status`: the status it
+/// gave): 0 for a clean exit, else the exit code (128 + the signal, 1 when another reaped it),
+/// reported on stderr.
+[[nodiscard]] inline int spawn_outcome(int rank, pid_t got, int status) noexcept {
+  if (got < 0) {  // ECHILD: someone else (a SIGCHLD handler?) reaped it
+    std::fprintf(stderr, "tutti::spawn: rank %d was reaped elsewhere; exit status unknown\n", rank);
+    return 1;
+  }
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    std::fprintf(stderr, "tutti::spawn: rank %d was killed by signal %d (%s)\n", rank, sig,
+                 spawn_signal_name(sig));
+    return 128 + sig;
+  }
+  if (WEXITSTATUS(status) != 0)
+    std::fprintf(stderr, "tutti::spawn: rank %d exited with code %d\n", rank, WEXITSTATUS(status));
+  return WEXITSTATUS(status);
+}
+
 /// Waits for the children `pids` (rank i is pids[i]; live[i] != 0 for each, allocated before
 /// forking so that nothing here can throw). On the first failure, reports it, sends SIGTERM to
 /// the rest, and SIGKILL to those still alive after `grace_ms`. Reaps every child.
@@ -228,21 +247,7 @@ inline void spawn_sleep(long micros) noexcept {
       --remaining;
       progress = true;
       if (result != 0) continue;  // failures after the first are our own SIGTERM and SIGKILL
-      const int rank = static_cast<int>(i);
-      if (got < 0) {  // ECHILD: someone else (a SIGCHLD handler?) reaped it
-        std::fprintf(stderr, "tutti::spawn: rank %d was reaped elsewhere; exit status unknown\n",
-                     rank);
-        result = 1;
-      } else if (WIFSIGNALED(status)) {
-        const int sig = WTERMSIG(status);
-        std::fprintf(stderr, "tutti::spawn: rank %d was killed by signal %d (%s)\n", rank, sig,
-                     spawn_signal_name(sig));
-        result = 128 + sig;
-      } else if (WEXITSTATUS(status) != 0) {
-        std::fprintf(stderr, "tutti::spawn: rank %d exited with code %d\n", rank,
-                     WEXITSTATUS(status));
-        result = WEXITSTATUS(status);
-      }
+      result = spawn_outcome(static_cast<int>(i), got, status);
     }
     return progress;
   };
