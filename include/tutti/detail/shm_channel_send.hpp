@@ -42,6 +42,91 @@ class shm_channel_send : protected shm_channel_base {
         .store(pos ^ key_, std::memory_order_release);
   }
 
+  /// Where a send stands after start_send.
+  enum class send_step { blocked, done, streaming };
+
+  /// Writes the frame of `op` (the first of `pr`'s sends) at the ring's head, where `fits(n)`
+  /// says n bytes fit: a single copy's description (the bytes stay where they are; done once
+  /// the receiver has read them, so it waits in `acking`), the payload inside the header or
+  /// after it whole (done), or a header whose payload streams after it as the ring frees.
+  template <class Fits>
+  send_step start_send(space s, shm_channel_ctl& ctl, std::byte* ring, peer_state& pr, shm_op* op,
+                       Fits& fits) {
+    shm_frame f{.tag = op->tag,
+                .bytes = op->bytes,
+                .address = shm_frame::streamed,
+                .seq = op->seq,
+                .fp_head = op->fp.packed_head(),
+                .fp_count = op->fp.count,
+                .word = 0,
+                .stamp = 0};
+    const bool single = s == space::p2p && op->bytes >= shm_single_copy_min &&
+                        ctl.single_copy.load(std::memory_order_relaxed) != 0;
+    if (single) {  // the bytes stay where they are: done once the receiver has read them
+      if (!fits(sizeof f)) return send_step::blocked;
+      f.address = reinterpret_cast<std::uintptr_t>(op->send_buf);
+      put_header(ring, pr.head, f);
+      pr.head += sizeof f;
+      op->started = true;
+      op->moved = op->bytes;
+      op->ack = ++pr.described;
+      pr.sends.pop_front();
+      pr.acking.push_back(op);
+      return send_step::done;
+    }
+    if (op->bytes <= shm_frame::inline_max(s)) {  // in the header itself
+      if (!fits(sizeof f)) return send_step::blocked;
+      f.address = shm_frame::whole;
+      if (op->bytes != 0)
+        std::memcpy(reinterpret_cast<std::byte*>(&f) + shm_frame::inline_at(s), op->send_buf,
+                    op->bytes);
+      put_header(ring, pr.head, f);
+      pr.head += sizeof f;
+      op->started = true;
+      op->moved = op->bytes;
+      complete(pr.sends, op);
+      return send_step::done;
+    }
+    const std::size_t padded = round_up(op->bytes, sizeof f);
+    if (padded <= cap_ - sizeof f && fits(sizeof f + padded)) {
+      // All of it fits: payload first, then the header that announces it whole.
+      ring_write(ring, pr.head + sizeof f, op->send_buf, op->bytes);
+      f.address = shm_frame::whole;
+      put_header(ring, pr.head, f);
+      pr.head += sizeof f + padded;
+      op->started = true;
+      op->moved = op->bytes;
+      complete(pr.sends, op);
+      return send_step::done;
+    }
+    if (!fits(sizeof f)) return send_step::blocked;
+    put_header(ring, pr.head, f);  // streamed: the payload follows as the ring frees
+    pr.head += sizeof f;
+    op->started = true;
+    return send_step::streaming;
+  }
+
+  /// Copies as much of streamed `op`'s payload as the ring has room for, publishing as it goes
+  /// so the receiver can drain while it fills; true once all of it is in (the head then rounds
+  /// up to the next frame).
+  template <class Fits>
+  bool stream_send(shm_channel_ctl& ctl, std::byte* ring, peer_state& pr, shm_op* op, Fits& fits) {
+    while (op->moved < op->bytes) {
+      if (!fits(1)) return false;
+      const auto free = static_cast<std::size_t>(room(pr, pr.tail_seen));
+      const std::size_t at = pr.head % cap_;
+      const std::size_t n = std::min({op->bytes - op->moved, free, cap_ - at});
+      std::memcpy(ring + at, op->send_buf + op->moved, n);
+      op->moved += n;
+      pr.head += n;
+      if (op->moved < op->bytes) ctl.head.store(pr.head, std::memory_order_release);
+    }
+    pr.head = round_up(pr.head, sizeof(shm_frame));
+    return true;
+  }
+
+  /// Writes `pr`'s queued sends to `q` into the ring of space `s`, as far as it has room, and
+  /// rings `q`'s bell once if anything was written.
   void push_sends(space s, int q, peer_state& pr) {
     auto& ctl = v_.channel(s, rank_, q);
     std::byte* ring = v_.ring(s, rank_, q);
@@ -56,71 +141,11 @@ class shm_channel_send : protected shm_channel_base {
     while (!pr.sends.empty()) {
       shm_op* op = pr.sends.front();
       if (!op->started) {
-        shm_frame f{.tag = op->tag,
-                    .bytes = op->bytes,
-                    .address = shm_frame::streamed,
-                    .seq = op->seq,
-                    .fp_head = op->fp.packed_head(),
-                    .fp_count = op->fp.count,
-                    .word = 0,
-                    .stamp = 0};
-        const bool single = s == space::p2p && op->bytes >= shm_single_copy_min &&
-                            ctl.single_copy.load(std::memory_order_relaxed) != 0;
-        if (single) {  // the bytes stay where they are: done once the receiver has read them
-          if (!fits(sizeof f)) break;
-          f.address = reinterpret_cast<std::uintptr_t>(op->send_buf);
-          put_header(ring, pr.head, f);
-          pr.head += sizeof f;
-          op->started = true;
-          op->moved = op->bytes;
-          op->ack = ++pr.described;
-          pr.sends.pop_front();
-          pr.acking.push_back(op);
-          continue;
-        }
-        if (op->bytes <= shm_frame::inline_max(s)) {  // in the header itself
-          if (!fits(sizeof f)) break;
-          f.address = shm_frame::whole;
-          if (op->bytes != 0)
-            std::memcpy(reinterpret_cast<std::byte*>(&f) + shm_frame::inline_at(s), op->send_buf,
-                        op->bytes);
-          put_header(ring, pr.head, f);
-          pr.head += sizeof f;
-          op->started = true;
-          op->moved = op->bytes;
-          complete(pr.sends, op);
-          continue;
-        }
-        const std::size_t padded = round_up(op->bytes, sizeof f);
-        if (padded <= cap_ - sizeof f && fits(sizeof f + padded)) {
-          // All of it fits: payload first, then the header that announces it whole.
-          ring_write(ring, pr.head + sizeof f, op->send_buf, op->bytes);
-          f.address = shm_frame::whole;
-          put_header(ring, pr.head, f);
-          pr.head += sizeof f + padded;
-          op->started = true;
-          op->moved = op->bytes;
-          complete(pr.sends, op);
-          continue;
-        }
-        if (!fits(sizeof f)) break;
-        put_header(ring, pr.head, f);  // streamed: the payload follows as the ring frees
-        pr.head += sizeof f;
-        op->started = true;
+        const send_step step = start_send(s, ctl, ring, pr, op, fits);
+        if (step == send_step::blocked) break;
+        if (step == send_step::done) continue;
       }
-      while (op->moved < op->bytes) {
-        if (!fits(1)) break;
-        const auto free = static_cast<std::size_t>(room(pr, pr.tail_seen));
-        const std::size_t at = pr.head % cap_;
-        const std::size_t n = std::min({op->bytes - op->moved, free, cap_ - at});
-        std::memcpy(ring + at, op->send_buf + op->moved, n);
-        op->moved += n;
-        pr.head += n;
-        // Publish as we go so the receiver can drain while we fill.
-        if (op->moved < op->bytes) ctl.head.store(pr.head, std::memory_order_release);
-      }
-      if (op->moved < op->bytes) break;
-      pr.head = round_up(pr.head, sizeof(shm_frame));
+      if (!stream_send(ctl, ring, pr, op, fits)) break;
       complete(pr.sends, op);
     }
     if (pr.head != start) {

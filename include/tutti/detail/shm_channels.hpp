@@ -139,34 +139,40 @@ class shm_channels : shm_channel_send {
           pr.head_seen = std::max(pr.head_seen, pr.tail + pr.frame.bytes);  // all there
         }
       }
-      // Stream the payload into the matched receive, an unexpected buffer, or nowhere.
-      const std::size_t total = pr.frame.bytes;
-      const std::size_t elem = pr.current && pr.current->fuse ? pr.current->fuse->elem_size : 1;
-      while (pr.frame_moved < total) {
-        // head_seen may lag behind the frames found by their stamps.
-        std::size_t avail = pr.head_seen > pr.tail ? pr.head_seen - pr.tail : 0;
-        if (avail < elem && avail < total - pr.frame_moved) {
-          pr.head_seen = ctl.head.load(std::memory_order_acquire);
-          avail = pr.head_seen > pr.tail ? pr.head_seen - pr.tail : 0;
-          if (avail < elem && avail < total - pr.frame_moved) break;
-        }
-        const std::size_t at = pr.tail % cap_;
-        std::size_t n = std::min({total - pr.frame_moved, avail, cap_ - at});
-        if (n < total - pr.frame_moved) n -= n % elem;
-        if (n == 0) break;
-        deliver(pr, ring + at, n);
-        pr.frame_moved += n;
-        pr.tail += n;
-        if (pr.frame_moved < total) ctl.tail.store(pr.tail, std::memory_order_release);
-      }
-      if (pr.frame_moved < total) break;
-      pr.tail = round_up(pr.tail, sizeof(shm_frame));
+      if (!stream_recv(ctl, ring, pr)) break;
       finish_frame(pr);
     }
     if (pr.tail != start) {
       ctl.tail.store(pr.tail, std::memory_order_release);
       v_.block(q).bell.ring(true);
     }
+  }
+
+  /// Streams what has arrived of the current frame's payload into the matched receive, an
+  /// unexpected buffer, or nowhere, whole elements at a time where the receive reduces; true
+  /// once all of it has (the tail then rounds up to the next frame).
+  bool stream_recv(shm_channel_ctl& ctl, const std::byte* ring, peer_state& pr) {
+    const std::size_t total = pr.frame.bytes;
+    const std::size_t elem = pr.current && pr.current->fuse ? pr.current->fuse->elem_size : 1;
+    while (pr.frame_moved < total) {
+      // head_seen may lag behind the frames found by their stamps.
+      std::size_t avail = pr.head_seen > pr.tail ? pr.head_seen - pr.tail : 0;
+      if (avail < elem && avail < total - pr.frame_moved) {
+        pr.head_seen = ctl.head.load(std::memory_order_acquire);
+        avail = pr.head_seen > pr.tail ? pr.head_seen - pr.tail : 0;
+        if (avail < elem && avail < total - pr.frame_moved) return false;
+      }
+      const std::size_t at = pr.tail % cap_;
+      std::size_t n = std::min({total - pr.frame_moved, avail, cap_ - at});
+      if (n < total - pr.frame_moved) n -= n % elem;
+      if (n == 0) return false;
+      deliver(pr, ring + at, n);
+      pr.frame_moved += n;
+      pr.tail += n;
+      if (pr.frame_moved < total) ctl.tail.store(pr.tail, std::memory_order_release);
+    }
+    pr.tail = round_up(pr.tail, sizeof(shm_frame));
+    return true;
   }
 
   /// Picks the receive the new frame belongs to and checks that it is the expected message.
