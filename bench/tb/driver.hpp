@@ -230,47 +230,36 @@ measurement measure(B& b, const options& o, const shape& s, const dataset<T>& da
   return m;
 }
 
-}  // namespace detail
+/// Prints "program: what" on stderr (rank 0 calls it).
+inline void complain(std::string_view program, const std::string& what) {
+  std::fprintf(stderr, "%.*s: %s\n", static_cast<int>(program.size()), program.data(),
+               what.c_str());
+}
 
-/// Runs the whole sweep `o` describes on `b` and prints the table on rank 0 (stdout); writes
-/// --json there too. Returns the process exit code: 0, 1 if any element was wrong, 2 if
-/// nothing the options asked for can run on this backend. Every rank calls it alike.
+/// The roots the sweep visits: -1 alone for a collective without one, else -r's (or every
+/// rank with -r all).
+[[nodiscard]] inline std::vector<int> roots_of(const options& o, int n) {
+  if (!rooted(o.coll)) return {-1};
+  if (!o.all_roots) return o.roots;
+  std::vector<int> all;
+  for (int r = 0; r < n; ++r) all.push_back(r);
+  return all;
+}
+
+/// A (type, op) pair the sweep runs, in the placements the backend has for it.
+struct combo {
+  datatype type;
+  redop op;
+  bool oop;
+  bool ip;
+  value_plan plan;  // the inputs (unchecked runs keep the default)
+};
+
+/// The (type, op) pairs the backend supports (the rest said once on stderr by rank 0, `say`);
+/// false when the check data cannot be planned (why said), every rank alike.
 template <backend B>
-[[nodiscard]] int run(B& b, const options& o, std::string_view program_name) {
+[[nodiscard]] bool plan_combos(B& b, const options& o, std::vector<combo>& combos, auto say) {
   const int n = b.size();
-  const bool out0 = b.rank() == 0;
-  const run_info info = b.info();
-  const auto sizes = sizes_of(o);
-  std::vector<int> roots = o.roots;
-  if (!rooted(o.coll)) {
-    roots = {-1};
-  } else if (o.all_roots) {
-    roots.clear();
-    for (int r = 0; r < n; ++r) roots.push_back(r);
-  }
-  // Every rank finds the same problems; they leave together (a launcher may stop the job at
-  // the first rank that exits).
-  auto give_up = [&b]() {
-    b.barrier();
-    return 2;
-  };
-  for (const int r : roots)
-    if (r >= n) {
-      if (out0)
-        std::fprintf(stderr, "%.*s: -r %d: there are only %d ranks\n",
-                     static_cast<int>(program_name.size()), program_name.data(), r, n);
-      return give_up();
-    }
-
-  // What runs: (type, op) pairs the backend supports; the rest is said once, on stderr.
-  struct combo {
-    datatype type;
-    redop op;
-    bool oop;
-    bool ip;
-    value_plan plan;  // the inputs (unchecked runs keep the default)
-  };
-  std::vector<combo> combos;
   for (const auto t : o.types)
     for (const auto op : o.ops) {
       const std::string why_o = o.out_of_place
@@ -279,77 +268,59 @@ template <backend B>
       const std::string why_i = o.in_place ? b.unsupported(o.coll, placement::in_place, t, op)
                                            : std::string("--placement out-of-place");
       if (!why_o.empty() && !why_i.empty()) {
-        if (out0)
-          std::fprintf(stderr, "%.*s: skipping %s %s: %s\n", static_cast<int>(program_name.size()),
-                       program_name.data(), std::string(name_of(t)).c_str(),
-                       std::string(name_of(op)).c_str(), why_o.c_str());
+        say("skipping " + std::string(name_of(t)) + " " + std::string(name_of(op)) + ": " + why_o);
         continue;
       }
       value_plan plan;
       if (o.check) {
         try {
-          plan = detail::with_type(
-              t, [&]<class T>() { return value_plan::make<T>(op, n, name_of(t)); });
+          plan = with_type(t, [&]<class T>() { return value_plan::make<T>(op, n, name_of(t)); });
         } catch (const std::invalid_argument& e) {
-          if (out0)
-            std::fprintf(stderr, "%.*s: %s\n", static_cast<int>(program_name.size()),
-                         program_name.data(), e.what());
-          return give_up();
+          say(e.what());
+          return false;
         }
       }
       combos.push_back({t, op, why_o.empty(), why_i.empty(), plan});
     }
-  if (combos.empty()) {
-    if (out0)
-      std::fprintf(stderr, "%.*s: nothing to run: %s cannot run %s with these types and ops\n",
-                   static_cast<int>(program_name.size()), program_name.data(), info.label.c_str(),
-                   std::string(name_of(o.coll)).c_str());
-    return give_up();
-  }
+  return true;
+}
 
-  if (out0 && o.csv) {
-    std::printf("impl,ranks,bytes,time_us,algbw,busbw,wrong\n");
-    std::fflush(stdout);
-  } else if (out0) {
-    std::printf("# %.*s %s: %s, %d ranks, %s\n", static_cast<int>(program_name.size()),
-                program_name.data(), std::string(name_of(o.coll)).c_str(), info.label.c_str(), n,
-                info.library.c_str());
-    std::string iters = o.iters != 0 ? std::to_string(o.iters) : "adaptive (~0.2 s, 5..100000)";
-    std::string step = o.step_bytes != 0 ? std::to_string(o.step_bytes) + "(bytes)"
-                                         : std::to_string(o.step_factor) + "(factor)";
-    std::printf(
-        "#  minBytes %zu maxBytes %zu step: %s warmup iters: %zu iters: %s validation: %d "
-        "average: %d\n",
-        o.min_bytes, o.max_bytes, step.c_str(), o.warmup, iters.c_str(), o.check ? 1 : 0,
-        static_cast<int>(o.average));
-    std::printf("#  %s, %s, %u cores, %s\n#\n", detail::host_name().c_str(),
-                detail::cpu_model().c_str(), std::thread::hardware_concurrency(),
-                detail::local_date().c_str());
-    print_header(stdout);
-    std::fflush(stdout);
-  }
+/// Barriers for at least 0.3 s (the slowest rank's clock): a launcher finishing its start-up
+/// otherwise inflates the first sizes measured.
+template <backend B>
+void settle(B& b) {
+  b.barrier();
+  const auto t0 = std::chrono::steady_clock::now();
+  do {
+    for (int i = 0; i < 20; ++i) b.barrier();
+  } while (
+      b.reduce_stat(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                    stat::max) < 0.3);
+}
 
-  // Settle: a launcher finishing its start-up otherwise inflates the first sizes measured.
-  {
-    b.barrier();
-    const auto t0 = std::chrono::steady_clock::now();
-    do {
-      for (int i = 0; i < 20; ++i) b.barrier();
-    } while (
-        b.reduce_stat(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                      stat::max) < 0.3);
-  }
-
-  std::string csv_impl = info.label;  // "tutti:shm:automatic", "mpi", "gloo:ring"
-  std::replace(csv_impl.begin(), csv_impl.end(), ' ', ':');
+/// What the sweep found: every row, wrong elements over every measurement, and the bus
+/// bandwidths to average.
+struct sweep_result {
   std::vector<row> rows;
-  std::uint64_t total_wrong = 0;
+  std::uint64_t wrong = 0;
   double busbw_sum = 0;
   std::size_t busbw_count = 0;
-  detail::progress prog(out0);
+};
+
+/// Measures every combo, root and size, printing each row as it comes (rank 0).
+template <backend B>
+[[nodiscard]] sweep_result sweep(B& b, const options& o, const std::vector<combo>& combos,
+                                 const std::vector<int>& roots,
+                                 const std::vector<std::size_t>& sizes, const run_info& info) {
+  const int n = b.size();
+  const bool out0 = b.rank() == 0;
+  std::string csv_impl = info.label;  // "tutti:shm:automatic", "mpi", "gloo:ring"
+  std::replace(csv_impl.begin(), csv_impl.end(), ' ', ':');
+  sweep_result res;
+  progress prog(out0);
   const std::size_t total_rows = combos.size() * roots.size() * sizes.size();
   for (const auto& c : combos) {
-    detail::with_type(c.type, [&]<class T>() {
+    with_type(c.type, [&]<class T>() {
       const shape biggest = shape_of(o.coll, o.max_bytes, sizeof(T), n);
       std::vector<T> in(std::max(biggest.in_elems, std::size_t{1}));
       std::vector<T> out(std::max({biggest.out_elems, biggest.buf_elems, std::size_t{1}}));
@@ -360,13 +331,13 @@ template <backend B>
           const shape s = shape_of(o.coll, size, sizeof(T), n);
           row r{s.bytes, s.count, std::string(name_of(c.type)), std::string(name_of(c.op)), root,
                 {},      {}};
-          if (c.oop) r.oop = detail::measure<T>(b, o, s, data, placement::out_of_place, in, out);
-          if (c.ip) r.ip = detail::measure<T>(b, o, s, data, placement::in_place, in, out);
+          if (c.oop) r.oop = measure<T>(b, o, s, data, placement::out_of_place, in, out);
+          if (c.ip) r.ip = measure<T>(b, o, s, data, placement::in_place, in, out);
           for (const measurement* m : {&r.oop, &r.ip}) {
             if (!m->ran) continue;
-            total_wrong += m->wrong;
-            busbw_sum += m->busbw;
-            ++busbw_count;
+            res.wrong += m->wrong;
+            res.busbw_sum += m->busbw;
+            ++res.busbw_count;
           }
           if (out0 && o.csv) {
             const measurement& m = r.oop.ran ? r.oop : r.ip;
@@ -377,34 +348,71 @@ template <backend B>
             print_row(stdout, r);
             std::fflush(stdout);
           }
-          rows.push_back(std::move(r));
+          res.rows.push_back(std::move(r));
           prog.update(std::string(name_of(o.coll)) + " " + std::string(name_of(c.type)) + " " +
                           std::to_string(size) + " B",
-                      rows.size(), total_rows);
+                      res.rows.size(), total_rows);
         }
       }
     });
   }
   prog.finish();
+  return res;
+}
+
+}  // namespace detail
+
+/// Runs the whole sweep `o` describes on `b` and prints the table on rank 0 (stdout); writes
+/// --json there too. Returns the process exit code: 0, 1 if any element was wrong, 2 if
+/// nothing the options asked for can run on this backend. Every rank calls it alike.
+template <backend B>
+[[nodiscard]] int run(B& b, const options& o, std::string_view program_name) {
+  const int n = b.size();
+  const bool out0 = b.rank() == 0;
+  const run_info info = b.info();
+  const auto say = [&](const std::string& what) {
+    if (out0) detail::complain(program_name, what);
+  };
+  // Every rank finds the same problems; they leave together (a launcher may stop the job at
+  // the first rank that exits).
+  auto give_up = [&b]() {
+    b.barrier();
+    return 2;
+  };
+  const std::vector<int> roots = detail::roots_of(o, n);
+  for (const int r : roots)
+    if (r >= n) {
+      say("-r " + std::to_string(r) + ": there are only " + std::to_string(n) + " ranks");
+      return give_up();
+    }
+  std::vector<detail::combo> combos;
+  if (!detail::plan_combos(b, o, combos, say)) return give_up();
+  if (combos.empty()) {
+    say("nothing to run: " + info.label + " cannot run " + std::string(name_of(o.coll)) +
+        " with these types and ops");
+    return give_up();
+  }
+
+  if (out0) print_preamble(o, info, n, program_name);
+  detail::settle(b);
+  const detail::sweep_result res = detail::sweep(b, o, combos, roots, sizes_of(o), info);
 
   if (out0 && !o.csv) {
-    std::printf("# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(total_wrong),
-                total_wrong == 0 ? "OK" : "FAILED");
+    std::printf("# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(res.wrong),
+                res.wrong == 0 ? "OK" : "FAILED");
     std::printf("# Avg bus bandwidth    : %g \n#\n",
-                busbw_count == 0 ? 0.0 : busbw_sum / static_cast<double>(busbw_count));
+                res.busbw_count == 0 ? 0.0 : res.busbw_sum / static_cast<double>(res.busbw_count));
     std::printf("# Collective test concluded: %s\n", std::string(name_of(o.coll)).c_str());
     std::fflush(stdout);
   }
   if (out0) {
-    if (!o.json.empty()) write_json(o.json, info, o, n, rows);
-    if (total_wrong != 0)
-      std::fprintf(stderr, "%.*s: %llu wrong elements\n", static_cast<int>(program_name.size()),
-                   program_name.data(), static_cast<unsigned long long>(total_wrong));
+    if (!o.json.empty()) write_json(o.json, info, o, n, res.rows);
+    if (res.wrong != 0) say(std::to_string(res.wrong) + " wrong elements");
   }
   // No rank leaves before rank 0 has printed: a launcher may kill the job at the first rank
   // that exits non-zero.
   b.barrier();
-  return total_wrong == 0 ? 0 : 1;
+  return res.wrong == 0 ? 0 : 1;
 }
 
 /// main() of a program: parses the command line (help on stdout and exit 0; a usage error on

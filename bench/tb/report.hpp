@@ -173,6 +173,32 @@ inline void print_row(std::FILE* f, const row& r) {
   std::fputc('\n', f);
 }
 
+/// The table's heading (or the CSV header), on stdout.
+inline void print_preamble(const options& o, const run_info& info, int n,
+                           std::string_view program_name) {
+  if (o.csv) {
+    std::printf("impl,ranks,bytes,time_us,algbw,busbw,wrong\n");
+    std::fflush(stdout);
+    return;
+  }
+  std::printf("# %.*s %s: %s, %d ranks, %s\n", static_cast<int>(program_name.size()),
+              program_name.data(), std::string(name_of(o.coll)).c_str(), info.label.c_str(), n,
+              info.library.c_str());
+  std::string iters = o.iters != 0 ? std::to_string(o.iters) : "adaptive (~0.2 s, 5..100000)";
+  std::string step = o.step_bytes != 0 ? std::to_string(o.step_bytes) + "(bytes)"
+                                       : std::to_string(o.step_factor) + "(factor)";
+  std::printf(
+      "#  minBytes %zu maxBytes %zu step: %s warmup iters: %zu iters: %s validation: %d "
+      "average: %d\n",
+      o.min_bytes, o.max_bytes, step.c_str(), o.warmup, iters.c_str(), o.check ? 1 : 0,
+      static_cast<int>(o.average));
+  std::printf("#  %s, %s, %u cores, %s\n#\n", detail::host_name().c_str(),
+              detail::cpu_model().c_str(), std::thread::hardware_concurrency(),
+              detail::local_date().c_str());
+  print_header(stdout);
+  std::fflush(stdout);
+}
+
 /// Writes one run as a "tutti-bench/1" file.
 inline void write_json(const std::string& path, const run_info& info, const options& o, int ranks,
                        const std::vector<row>& rows) {
