@@ -16,133 +16,9 @@
 #include <string_view>
 #include <vector>
 
+#include "names.hpp"
+
 namespace tutti_bench {
-
-// ---- what is measured ---------------------------------------------------------------------
-
-enum class collective {
-  all_reduce,
-  broadcast,
-  reduce,
-  all_gather,
-  reduce_scatter,
-  gather,
-  scatter,
-  all_to_all
-};
-inline constexpr std::array<collective, 8> all_collectives{
-    collective::all_reduce,     collective::broadcast, collective::reduce,  collective::all_gather,
-    collective::reduce_scatter, collective::gather,    collective::scatter, collective::all_to_all};
-
-[[nodiscard]] constexpr std::string_view name_of(collective c) noexcept {
-  switch (c) {
-    case collective::broadcast:
-      return "broadcast";
-    case collective::reduce:
-      return "reduce";
-    case collective::all_gather:
-      return "all_gather";
-    case collective::reduce_scatter:
-      return "reduce_scatter";
-    case collective::gather:
-      return "gather";
-    case collective::scatter:
-      return "scatter";
-    case collective::all_to_all:
-      return "all_to_all";
-    case collective::all_reduce:
-      break;
-  }
-  return "all_reduce";
-}
-
-[[nodiscard]] constexpr bool reduces(collective c) noexcept {
-  return c == collective::all_reduce || c == collective::reduce || c == collective::reduce_scatter;
-}
-[[nodiscard]] constexpr bool rooted(collective c) noexcept {
-  return c == collective::broadcast || c == collective::reduce || c == collective::gather ||
-         c == collective::scatter;
-}
-
-/// nccl-tests' element types, in ncclDataType_t order.
-enum class datatype {
-  int8,
-  uint8,
-  int32,
-  uint32,
-  int64,
-  uint64,
-  float16,
-  float32,
-  float64,
-  bfloat16
-};
-inline constexpr std::array<datatype, 10> all_datatypes{
-    datatype::int8,   datatype::uint8,   datatype::int32,   datatype::uint32,  datatype::int64,
-    datatype::uint64, datatype::float16, datatype::float32, datatype::float64, datatype::bfloat16};
-
-/// The names nccl-tests prints.
-[[nodiscard]] constexpr std::string_view name_of(datatype t) noexcept {
-  switch (t) {
-    case datatype::int8:
-      return "int8";
-    case datatype::uint8:
-      return "uint8";
-    case datatype::int32:
-      return "int32";
-    case datatype::uint32:
-      return "uint32";
-    case datatype::int64:
-      return "int64";
-    case datatype::uint64:
-      return "uint64";
-    case datatype::float16:
-      return "half";
-    case datatype::float64:
-      return "double";
-    case datatype::bfloat16:
-      return "bfloat16";
-    case datatype::float32:
-      break;
-  }
-  return "float";
-}
-
-enum class redop { sum, prod, min, max, avg, none };
-inline constexpr std::array<redop, 5> all_redops{redop::sum, redop::prod, redop::min, redop::max,
-                                                 redop::avg};
-
-[[nodiscard]] constexpr std::string_view name_of(redop o) noexcept {
-  switch (o) {
-    case redop::prod:
-      return "prod";
-    case redop::min:
-      return "min";
-    case redop::max:
-      return "max";
-    case redop::avg:
-      return "avg";
-    case redop::none:
-      return "none";
-    case redop::sum:
-      break;
-  }
-  return "sum";
-}
-
-enum class placement { out_of_place, in_place };
-[[nodiscard]] constexpr std::string_view name_of(placement p) noexcept {
-  return p == placement::in_place ? "in-place" : "out-of-place";
-}
-
-// ---- options ------------------------------------------------------------------------------
-
-/// How the per-call time of the ranks becomes one number (nccl-tests' -a).
-enum class average_mode { rank0 = 0, mean = 1, min = 2, max = 3 };
-
-inline constexpr double target_seconds_per_size = 0.2;
-inline constexpr std::size_t min_adaptive_iters = 5;
-inline constexpr std::size_t max_adaptive_iters = 100000;
 
 struct options {
   collective coll = collective::all_reduce;
@@ -323,6 +199,155 @@ namespace detail {
   return out;
 }
 
+/// -o's value: ops, comma-separated, or all.
+[[nodiscard]] inline std::vector<redop> parse_ops(const std::string& arg, const std::string& s) {
+  if (s == "all") return {all_redops.begin(), all_redops.end()};
+  std::vector<redop> ops;
+  for (const auto& part : split_list(s)) {
+    const auto op = parse_redop(part);
+    if (!op)
+      throw std::invalid_argument(arg + ": unknown op '" + part +
+                                  "' (sum, prod, min, max, avg or all)");
+    ops.push_back(*op);
+  }
+  if (ops.empty()) throw std::invalid_argument(arg + ": empty");
+  return ops;
+}
+
+/// -d's value: datatypes, comma-separated, or all.
+[[nodiscard]] inline std::vector<datatype> parse_types(const std::string& arg,
+                                                       const std::string& s) {
+  if (s == "all") return {all_datatypes.begin(), all_datatypes.end()};
+  std::vector<datatype> types;
+  for (const auto& part : split_list(s)) {
+    const auto t = parse_datatype(part);
+    if (!t) throw std::invalid_argument(arg + ": unknown datatype '" + part + "'");
+    types.push_back(*t);
+  }
+  if (types.empty()) throw std::invalid_argument(arg + ": empty");
+  return types;
+}
+
+/// `value` where `known` has it (--transport, --algo); else the error says which are.
+[[nodiscard]] inline std::string one_of(const std::string& value,
+                                        std::span<const std::string_view> known,
+                                        const std::string& refusal) {
+  if (std::find(known.begin(), known.end(), value) != known.end()) return value;
+  std::string names;
+  for (auto k : known) (names += ' ').append(k);
+  throw std::invalid_argument(refusal + " (known:" + names + ")");
+}
+
+/// What the options seen so far leave for the checks after the last one.
+struct parse_state {
+  bool have_collective = false;
+  bool have_factor = false;
+  bool have_step_bytes = false;
+  std::string root_arg = "0";
+};
+
+/// Applies `arg` if it shapes the sweep (sizes, iterations, checks, types, ops, roots,
+/// averaging, placement), taking its value from `next()`; false when it is not one of those.
+template <class Next>
+[[nodiscard]] bool parse_sweep_option(const std::string& arg, Next&& next, options& o,
+                                      parse_state& st) {
+  if (arg == "-b" || arg == "--minbytes") {
+    o.min_bytes = parse_size(arg, next());
+  } else if (arg == "-e" || arg == "--maxbytes") {
+    o.max_bytes = parse_size(arg, next());
+  } else if (arg == "-f" || arg == "--stepfactor") {
+    o.step_factor = parse_count(arg, next());
+    st.have_factor = true;
+  } else if (arg == "-i" || arg == "--stepbytes") {
+    o.step_bytes = parse_size(arg, next());
+    st.have_step_bytes = true;
+  } else if (arg == "-n" || arg == "--iters") {
+    o.iters = parse_count(arg, next());
+    if (o.iters == 0) throw std::invalid_argument(arg + ": must be at least 1");
+  } else if (arg == "-w" || arg == "--warmup_iters") {
+    o.warmup = parse_count(arg, next());
+  } else if (arg == "-c" || arg == "--check") {
+    o.check = parse_count(arg, next()) != 0;
+  } else if (arg == "-o" || arg == "--op") {
+    o.ops = parse_ops(arg, next());
+  } else if (arg == "-d" || arg == "--datatype") {
+    o.types = parse_types(arg, next());
+  } else if (arg == "-r" || arg == "--root") {
+    st.root_arg = next();
+  } else if (arg == "-a" || arg == "--average") {
+    const std::size_t a = parse_count(arg, next());
+    if (a > 3) throw std::invalid_argument(arg + ": 0, 1, 2 or 3");
+    o.average = static_cast<average_mode>(a);
+  } else if (arg == "--placement") {
+    const std::string& v = next();
+    if (v != "out-of-place" && v != "in-place" && v != "both")
+      throw std::invalid_argument("--placement: out-of-place, in-place or both");
+    o.out_of_place = v != "in-place";
+    o.in_place = v != "out-of-place";
+  } else {
+    return false;
+  }
+  return true;
+}
+
+/// Applies `arg` if it says how the program runs and reports (output, ranks, transport,
+/// algorithm, peers, plot: those `p` has); false when it is not one of those.
+template <class Next>
+[[nodiscard]] bool parse_run_option(const std::string& arg, Next&& next, bool has_value, options& o,
+                                    const program& p) {
+  if (arg == "--csv") {
+    if (has_value) throw std::invalid_argument("--csv takes no value");
+    o.csv = true;
+  } else if (arg == "-J" || arg == "--json" || arg == "--output_file") {
+    o.json = next();
+  } else if (p.spawns_ranks && arg == "--np") {
+    const std::size_t n = parse_count(arg, next());
+    if (n < 1 || n > 1024) throw std::invalid_argument("--np: between 1 and 1024");
+    o.np = static_cast<int>(n);
+  } else if (!p.transports.empty() && arg == "--transport") {
+    const std::string& t = next();
+    o.transport = one_of(t, p.transports, "--transport: '" + t + "' is not built in");
+  } else if (!p.algos.empty() && arg == "--algo") {
+    const std::string& a = next();
+    o.algo = one_of(a, p.algos, "--algo: unknown algorithm '" + a + "'");
+  } else if (p.compares && arg == "--compare") {
+    o.compare = split_list(next());
+    for (const auto& peer : o.compare)
+      if (peer != "mpi" && peer != "gloo")
+        throw std::invalid_argument("--compare: unknown peer '" + peer + "' (mpi, gloo)");
+  } else if (p.compares && arg == "--plot") {
+    o.plot = next();
+  } else {
+    return false;
+  }
+  return true;
+}
+
+/// The checks that need every option: a collective, sizes and step, roots; and ops only for
+/// a collective that reduces.
+inline void finish_options(options& o, const parse_state& st) {
+  if (!st.have_collective) throw std::invalid_argument("name a collective");
+  if (o.min_bytes == 0) throw std::invalid_argument("-b/--minbytes: must be at least 1");
+  if (o.min_bytes > o.max_bytes)
+    throw std::invalid_argument("-b/--minbytes (" + std::to_string(o.min_bytes) +
+                                ") exceeds -e/--maxbytes (" + std::to_string(o.max_bytes) + ")");
+  if (st.have_step_bytes && st.have_factor)
+    throw std::invalid_argument("-i/--stepbytes and -f/--stepfactor exclude each other");
+  if (st.have_step_bytes && o.step_bytes == 0)
+    throw std::invalid_argument("-i/--stepbytes: must be at least 1");
+  if (!st.have_step_bytes && o.step_factor < 2)
+    throw std::invalid_argument("-f/--stepfactor: must be at least 2");
+  if (!st.have_step_bytes) o.step_bytes = 0;
+  if (st.root_arg == "all" || st.root_arg == "-1") {
+    o.all_roots = true;
+  } else {
+    const std::size_t root = parse_count("-r/--root", st.root_arg);
+    if (root > 4096) throw std::invalid_argument("-r/--root: too large");
+    o.roots = {static_cast<int>(root)};
+  }
+  if (!reduces(o.coll)) o.ops = {redop::none};
+}
+
 }  // namespace detail
 
 /// Parses the command line. `argv[1]` (or any non-flag argument) names the collective.
@@ -332,10 +357,7 @@ namespace detail {
   for (int i = 0; i < argc; ++i) o.argv.emplace_back(argv[i]);
   if (!p.transports.empty()) o.transport = std::string(p.transports.front());
   if (!p.algos.empty()) o.algo = std::string(p.algos.front());
-  bool have_collective = false;
-  bool have_factor = false;
-  bool have_step_bytes = false;
-  std::string root_arg = "0";
+  detail::parse_state st;
   try {
     for (int i = 1; i < argc; ++i) {
       std::string arg = argv[i];
@@ -362,128 +384,19 @@ namespace detail {
         return r;
       }
       if (arg.empty() || arg.front() != '-') {
-        if (have_collective)
+        if (st.have_collective)
           throw std::invalid_argument("one collective per run ('" + std::string(name_of(o.coll)) +
                                       "' and '" + arg + "')");
         const auto c = detail::parse_collective(arg);
         if (!c) throw std::invalid_argument("unknown collective '" + arg + "'");
         o.coll = *c;
-        have_collective = true;
-      } else if (arg == "-b" || arg == "--minbytes") {
-        o.min_bytes = detail::parse_size(arg, next());
-      } else if (arg == "-e" || arg == "--maxbytes") {
-        o.max_bytes = detail::parse_size(arg, next());
-      } else if (arg == "-f" || arg == "--stepfactor") {
-        o.step_factor = detail::parse_count(arg, next());
-        have_factor = true;
-      } else if (arg == "-i" || arg == "--stepbytes") {
-        o.step_bytes = detail::parse_size(arg, next());
-        have_step_bytes = true;
-      } else if (arg == "-n" || arg == "--iters") {
-        o.iters = detail::parse_count(arg, next());
-        if (o.iters == 0) throw std::invalid_argument(arg + ": must be at least 1");
-      } else if (arg == "-w" || arg == "--warmup_iters") {
-        o.warmup = detail::parse_count(arg, next());
-      } else if (arg == "-c" || arg == "--check") {
-        o.check = detail::parse_count(arg, next()) != 0;
-      } else if (arg == "-o" || arg == "--op") {
-        const std::string& s = next();
-        o.ops.clear();
-        if (s == "all") {
-          o.ops.assign(all_redops.begin(), all_redops.end());
-        } else {
-          for (const auto& part : detail::split_list(s)) {
-            const auto op = detail::parse_redop(part);
-            if (!op)
-              throw std::invalid_argument(arg + ": unknown op '" + part +
-                                          "' (sum, prod, min, max, avg or all)");
-            o.ops.push_back(*op);
-          }
-          if (o.ops.empty()) throw std::invalid_argument(arg + ": empty");
-        }
-      } else if (arg == "-d" || arg == "--datatype") {
-        const std::string& s = next();
-        o.types.clear();
-        if (s == "all") {
-          o.types.assign(all_datatypes.begin(), all_datatypes.end());
-        } else {
-          for (const auto& part : detail::split_list(s)) {
-            const auto t = detail::parse_datatype(part);
-            if (!t) throw std::invalid_argument(arg + ": unknown datatype '" + part + "'");
-            o.types.push_back(*t);
-          }
-          if (o.types.empty()) throw std::invalid_argument(arg + ": empty");
-        }
-      } else if (arg == "-r" || arg == "--root") {
-        root_arg = next();
-      } else if (arg == "-a" || arg == "--average") {
-        const std::size_t a = detail::parse_count(arg, next());
-        if (a > 3) throw std::invalid_argument(arg + ": 0, 1, 2 or 3");
-        o.average = static_cast<average_mode>(a);
-      } else if (arg == "--placement") {
-        const std::string& v = next();
-        if (v != "out-of-place" && v != "in-place" && v != "both")
-          throw std::invalid_argument("--placement: out-of-place, in-place or both");
-        o.out_of_place = v != "in-place";
-        o.in_place = v != "out-of-place";
-      } else if (arg == "--csv") {
-        if (has_value) throw std::invalid_argument("--csv takes no value");
-        o.csv = true;
-      } else if (arg == "-J" || arg == "--json" || arg == "--output_file") {
-        o.json = next();
-      } else if (p.spawns_ranks && arg == "--np") {
-        const std::size_t n = detail::parse_count(arg, next());
-        if (n < 1 || n > 1024) throw std::invalid_argument("--np: between 1 and 1024");
-        o.np = static_cast<int>(n);
-      } else if (!p.transports.empty() && arg == "--transport") {
-        const std::string& t = next();
-        if (std::find(p.transports.begin(), p.transports.end(), t) == p.transports.end()) {
-          std::string known;
-          for (auto k : p.transports) (known += ' ').append(k);
-          throw std::invalid_argument("--transport: '" + t + "' is not built in (known:" + known +
-                                      ")");
-        }
-        o.transport = t;
-      } else if (!p.algos.empty() && arg == "--algo") {
-        const std::string& a = next();
-        if (std::find(p.algos.begin(), p.algos.end(), a) == p.algos.end()) {
-          std::string known;
-          for (auto k : p.algos) (known += ' ').append(k);
-          throw std::invalid_argument("--algo: unknown algorithm '" + a + "' (known:" + known +
-                                      ")");
-        }
-        o.algo = a;
-      } else if (p.compares && arg == "--compare") {
-        o.compare = detail::split_list(next());
-        for (const auto& peer : o.compare)
-          if (peer != "mpi" && peer != "gloo")
-            throw std::invalid_argument("--compare: unknown peer '" + peer + "' (mpi, gloo)");
-      } else if (p.compares && arg == "--plot") {
-        o.plot = next();
-      } else {
+        st.have_collective = true;
+      } else if (!detail::parse_sweep_option(arg, next, o, st) &&
+                 !detail::parse_run_option(arg, next, has_value, o, p)) {
         throw std::invalid_argument("unknown argument '" + arg + "'");
       }
     }
-    if (!have_collective) throw std::invalid_argument("name a collective");
-    if (o.min_bytes == 0) throw std::invalid_argument("-b/--minbytes: must be at least 1");
-    if (o.min_bytes > o.max_bytes)
-      throw std::invalid_argument("-b/--minbytes (" + std::to_string(o.min_bytes) +
-                                  ") exceeds -e/--maxbytes (" + std::to_string(o.max_bytes) + ")");
-    if (have_step_bytes && have_factor)
-      throw std::invalid_argument("-i/--stepbytes and -f/--stepfactor exclude each other");
-    if (have_step_bytes && o.step_bytes == 0)
-      throw std::invalid_argument("-i/--stepbytes: must be at least 1");
-    if (!have_step_bytes && o.step_factor < 2)
-      throw std::invalid_argument("-f/--stepfactor: must be at least 2");
-    if (!have_step_bytes) o.step_bytes = 0;
-    if (root_arg == "all" || root_arg == "-1") {
-      o.all_roots = true;
-    } else {
-      const std::size_t root = detail::parse_count("-r/--root", root_arg);
-      if (root > 4096) throw std::invalid_argument("-r/--root: too large");
-      o.roots = {static_cast<int>(root)};
-    }
-    if (!reduces(o.coll)) o.ops = {redop::none};
+    detail::finish_options(o, st);
   } catch (const std::invalid_argument& e) {
     r.what = parse_result::status::error;
     r.message = std::string(p.name) + ": " + e.what() + "\n" + usage(p);
