@@ -16,9 +16,11 @@
 // runs them; 0, the default, a CPU per rank). Prints one markdown table per size: predicted
 // microseconds per policy, and the pick. No ranks run: this is the model alone.
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -64,64 +66,134 @@ std::string micros(double us) {
   return buf;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  double gbps = 10, alpha = 30;
+/// What the command line asks for.
+struct settings {
+  double gbps = 10;
+  double alpha = 30;
   std::string inside = "shm";
   std::string flat_inside = "copies";
   double per_cpu = 0;
-  std::vector<std::string> sizes{"4", "65536", "1048576", "16777216", "268435456"};
-  std::vector<std::string> shapes{"1x8", "2x4",  "4x2",  "2x8",  "4x8",
-                                  "8x8", "16x8", "32x8", "64x8", "128x8"};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string_view flag = argv[i];
-    if (flag == "--link-gbps")
-      gbps = std::atof(argv[i + 1]);
-    else if (flag == "--link-alpha-us")
-      alpha = std::atof(argv[i + 1]);
-    else if (flag == "--sizes")
-      sizes = split_list(argv[i + 1]);
-    else if (flag == "--shapes")
-      shapes = split_list(argv[i + 1]);
-    else if (flag == "--inside")
-      inside = argv[i + 1];
-    else if (flag == "--flat-inside")
-      flat_inside = argv[i + 1];
-    else if (flag == "--ranks-per-cpu")
-      per_cpu = std::atof(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "model-scaling: unknown flag %s\n", argv[i]);
-      return 2;
+  std::vector<double> sizes{4, 65536, 1048576, 16777216, 268435456};
+  std::vector<std::pair<int, int>> shapes{{1, 8}, {2, 4},  {4, 2},  {2, 8},  {4, 8},
+                                          {8, 8}, {16, 8}, {32, 8}, {64, 8}, {128, 8}};
+};
+
+/// `s` as a number, all of it, or nothing.
+std::optional<double> number(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+/// "HxL": hosts × ranks per host, each a whole number in 1..4096.
+std::optional<std::pair<int, int>> shape_of(const std::string& s) {
+  const auto x = s.find('x');
+  if (x == std::string::npos) return std::nullopt;
+  const auto h = number(s.substr(0, x)), l = number(s.substr(x + 1));
+  const auto whole = [](std::optional<double> v) {
+    return v && *v >= 1 && *v <= 4096 && *v == static_cast<int>(*v);
+  };
+  if (!whole(h) || !whole(l)) return std::nullopt;
+  return std::pair{static_cast<int>(*h), static_cast<int>(*l)};
+}
+
+/// Reads the flags into `o`; the error, or empty.
+std::string parse(int argc, char** argv, settings& o) {
+  for (int i = 1; i < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) return flag + ": missing value";
+    const std::string value = argv[i + 1];
+    const auto num = number(value);
+    const std::string bad = flag + ": '" + value + "'";
+    if (flag == "--link-gbps" || flag == "--link-alpha-us" || flag == "--ranks-per-cpu") {
+      if (!num) return bad + " is not a number";
+      (flag == "--link-gbps" ? o.gbps : flag == "--link-alpha-us" ? o.alpha : o.per_cpu) = *num;
+    } else if (flag == "--sizes") {
+      o.sizes.clear();
+      for (const auto& part : split_list(value)) {
+        const auto bytes = number(part);
+        if (!bytes || *bytes < 1)
+          return flag + ": '" + part + "': each size a number of bytes >= 1";
+        o.sizes.push_back(*bytes);
+      }
+    } else if (flag == "--shapes") {
+      o.shapes.clear();
+      for (const auto& part : split_list(value)) {
+        const auto shape = shape_of(part);
+        if (!shape)
+          return flag + ": '" + part + "': each shape HOSTSxRANKS, whole numbers in 1..4096";
+        o.shapes.push_back(*shape);
+      }
+    } else if (flag == "--inside") {
+      o.inside = value;
+    } else if (flag == "--flat-inside") {
+      o.flat_inside = value;
+    } else {
+      return "unknown flag " + flag;
     }
   }
-  if (gbps <= 0 || alpha < 0 || (inside != "shm" && inside != "gloo") ||
-      (flat_inside != "copies" && flat_inside != "tcp") || per_cpu < 0) {
-    std::fprintf(stderr,
-                 "model-scaling: --link-gbps must be > 0, --link-alpha-us >= 0, --inside shm "
-                 "or gloo, --flat-inside copies or tcp, --ranks-per-cpu >= 0\n");
+  if (o.gbps <= 0 || o.alpha < 0 || (o.inside != "shm" && o.inside != "gloo") ||
+      (o.flat_inside != "copies" && o.flat_inside != "tcp") || o.per_cpu < 0 || o.sizes.empty() ||
+      o.shapes.empty())
+    return "--link-gbps must be > 0, --link-alpha-us >= 0, --inside shm or gloo, --flat-inside "
+           "copies or tcp, --ranks-per-cpu >= 0, --sizes and --shapes not empty";
+  return {};
+}
+
+/// What automatic is told about a world of `h` hosts × `l` ranks: `local` inside a host (for
+/// hierarchical), `flat` for a flat policy's message between two ranks of one host, the link
+/// between hosts.
+tutti::cost_model model_for(int h, int l, const settings& o, const tutti::cost_model& local,
+                            const tutti::cost_model& flat) {
+  tutti::cost_model m = local;  // γ: the reduction runs on the host alike
+  m.alpha_us = h > 1 ? o.alpha : local.alpha_us;
+  m.beta_us_per_byte = h > 1 ? 8e-3 / o.gbps : local.beta_us_per_byte;
+  m.segment_beta_us_per_byte = 0;
+  m.ranks_per_cpu = o.per_cpu;
+  // Between hosts, and a flat policy's messages inside one, ride gloo's TCP pairs, where an
+  // exchange costs two α (cost_model::exchange_alphas).
+  m.exchange_alphas =
+      h > 1 ? tutti::detail::gloo_costs::tcp.exchange_alphas : local.exchange_alphas;
+  m.hosts = h;
+  m.ranks_per_host = l;
+  m.local_alpha_us = local.alpha_us;
+  m.local_beta_us_per_byte = local.beta_us_per_byte;
+  // On tutti::cluster a flat policy's messages inside a host ride gloo (its single copies or
+  // TCP), not shared memory: what layered tells automatic.
+  m.flat_local_alpha_us = flat.alpha_us;
+  m.flat_local_beta_us_per_byte = flat.beta_us_per_byte;
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  settings o;
+  if (const std::string why = parse(argc, argv, o); !why.empty()) {
+    std::fprintf(stderr, "model-scaling: %s\n", why.c_str());
     return 2;
   }
   namespace gloo_costs = tutti::detail::gloo_costs;
   // A flat policy's message between two ranks of a host (gloo::world_costs).
   const tutti::cost_model flat =
-      flat_inside == "copies" ? gloo_costs::single_copy(gloo_costs::tcp) : gloo_costs::tcp;
-  const tutti::cost_model local = inside == "shm" ? tutti::shm::costs : flat;
+      o.flat_inside == "copies" ? gloo_costs::single_copy(gloo_costs::tcp) : gloo_costs::tcp;
+  const tutti::cost_model local = o.inside == "shm" ? tutti::shm::costs : flat;
   // Which policies get a column: all but direct and bruck (never picked for all_reduce across
   // hosts); hierarchical only where a host's ranks share memory.
   const auto shown = [&]<class P>() {
     return !std::is_same_v<P, tutti::direct> && !std::is_same_v<P, tutti::bruck> &&
-           (inside == "shm" || !std::is_same_v<P, tutti::hierarchical>);
+           (o.inside == "shm" || !std::is_same_v<P, tutti::hierarchical>);
   };
   using tutti::detail::collective;
   using candidates = tutti::automatic::candidates;
   std::printf(
       "Link between hosts: %g Gbit/s, α %g µs; inside a host: tutti::%s's costs, a flat "
       "policy's message %s.\n\n",
-      gbps, alpha, inside.c_str(),
-      flat_inside == "copies" ? "a single copy" : "through loopback TCP");
-  for (const auto& size : sizes) {
-    const double bytes = std::atof(size.c_str());
+      o.gbps, o.alpha, o.inside.c_str(),
+      o.flat_inside == "copies" ? "a single copy" : "through loopback TCP");
+  for (const double bytes : o.sizes) {
     std::printf("### all_reduce of %s\n\n| hosts × ranks | ranks |", human(bytes).c_str());
     candidates::for_each([&]<class P>() {
       if (shown.template operator()<P>()) std::printf(" %s |", P::name);
@@ -131,40 +203,19 @@ int main(int argc, char** argv) {
       if (shown.template operator()<P>()) std::printf("---:|");
     });
     std::printf("---|\n");
-    for (const auto& shape : shapes) {
-      const auto x = shape.find('x');
-      const int h = std::atoi(shape.substr(0, x).c_str());
-      const int l = std::atoi(shape.substr(x + 1).c_str());
-      tutti::cost_model m = local;  // γ: the reduction runs on the host alike
-      m.alpha_us = h > 1 ? alpha : local.alpha_us;
-      m.beta_us_per_byte = h > 1 ? 8e-3 / gbps : local.beta_us_per_byte;
-      m.segment_beta_us_per_byte = 0;
-      m.ranks_per_cpu = per_cpu;
-      // Between hosts, and a flat policy's messages inside one, ride gloo's TCP pairs, where an
-      // exchange costs two α (cost_model::exchange_alphas).
-      m.exchange_alphas =
-          h > 1 ? tutti::detail::gloo_costs::tcp.exchange_alphas : local.exchange_alphas;
-      m.hosts = h;
-      m.ranks_per_host = l;
-      m.local_alpha_us = local.alpha_us;
-      m.local_beta_us_per_byte = local.beta_us_per_byte;
-      // On tutti::cluster a flat policy's messages inside a host ride gloo (its single copies
-      // or TCP), not shared memory: what layered tells automatic.
-      m.flat_local_alpha_us = flat.alpha_us;
-      m.flat_local_beta_us_per_byte = flat.beta_us_per_byte;
-      const tutti::detail::cost_inputs in(bytes, h * l, m);
+    for (const auto& [h, l] : o.shapes) {
+      const tutti::detail::cost_inputs in(bytes, h * l, model_for(h, l, o, local, flat));
       std::printf("| %d × %d | %d |", h, l, h * l);
       std::string best;
       double best_cost = std::numeric_limits<double>::infinity();
       candidates::for_each([&]<class P>() {
-        if (shown.template operator()<P>()) {
-          const double c = tutti::detail::predicted_cost<P>(collective::all_reduce, in);
-          std::printf(" %s |",
-                      c == std::numeric_limits<double>::infinity() ? "–" : micros(c).c_str());
-          if (c < best_cost) {
-            best_cost = c;
-            best = P::name;
-          }
+        if (!shown.template operator()<P>()) return;
+        const double c = tutti::detail::predicted_cost<P>(collective::all_reduce, in);
+        std::printf(" %s |",
+                    c == std::numeric_limits<double>::infinity() ? "–" : micros(c).c_str());
+        if (c < best_cost) {
+          best_cost = c;
+          best = P::name;
         }
       });
       std::printf(" %s |\n", best.c_str());
