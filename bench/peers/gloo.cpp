@@ -122,6 +122,44 @@ class gloo_backend {
   }
 
  private:
+  // gloo::allreduce (ring, bcube) or a classic class (ring_chunked, halving_doubling).
+  template <class T>
+  void all_reduce(const tb::call_args<T>& a) {
+    const bool ip = a.where == tb::placement::in_place;
+    if (size() == 1) {
+      if (!ip) std::memcpy(a.out, a.in, a.s.count * sizeof(T));
+      return;
+    }
+    if (algo_ != "ring" && algo_ != "bcube") {
+      classic<T>(a).run();
+      return;
+    }
+    ::gloo::AllreduceOptions o(comm_.transport().context());
+    if (!ip) o.setInput(const_cast<T*>(a.in), a.s.count);
+    o.setOutput(a.out, a.s.count);
+    o.setReduceFunction(reduce_fn<T>(a.op));
+    o.setAlgorithm(algo_ == "ring" ? ::gloo::AllreduceOptions::Algorithm::RING
+                                   : ::gloo::AllreduceOptions::Algorithm::BCUBE);
+    o.setTag(tag_++);
+    ::gloo::allreduce(o);
+  }
+
+  // Gloo's scatter takes one pointer per rank's block, on the root.
+  template <class T>
+  void scatter(const tb::call_args<T>& a) {
+    ::gloo::ScatterOptions o(comm_.transport().context());
+    if (rank() == a.root) {
+      std::vector<T*> blocks;
+      for (int q = 0; q < size(); ++q)
+        blocks.push_back(const_cast<T*>(a.in) + static_cast<std::size_t>(q) * a.s.count);
+      o.setInputs(blocks, a.s.count);
+    }
+    o.setOutput(a.out, a.s.count);
+    o.setRoot(a.root);
+    o.setTag(tag_++);
+    ::gloo::scatter(o);
+  }
+
   template <class T>
   void gloo_call(const tb::call_args<T>& a) {
     using tb::collective;
@@ -131,25 +169,9 @@ class gloo_backend {
     T* in = const_cast<T*>(a.in);
     if (a.s.count == 0) return;
     switch (a.coll) {
-      case collective::all_reduce: {
-        if (size() == 1) {
-          if (!ip) std::memcpy(a.out, a.in, a.s.count * sizeof(T));
-          return;
-        }
-        if (algo_ == "ring" || algo_ == "bcube") {
-          ::gloo::AllreduceOptions o(ctx);
-          if (!ip) o.setInput(in, a.s.count);
-          o.setOutput(a.out, a.s.count);
-          o.setReduceFunction(reduce_fn<T>(a.op));
-          o.setAlgorithm(algo_ == "ring" ? ::gloo::AllreduceOptions::Algorithm::RING
-                                         : ::gloo::AllreduceOptions::Algorithm::BCUBE);
-          o.setTag(tag_++);
-          ::gloo::allreduce(o);
-          return;
-        }
-        classic<T>(a).run();
+      case collective::all_reduce:
+        all_reduce(a);
         return;
-      }
       case collective::reduce: {
         ::gloo::ReduceOptions o(ctx);
         o.setInput(in, a.s.count);
@@ -185,19 +207,9 @@ class gloo_backend {
         ::gloo::gather(o);
         return;
       }
-      case collective::scatter: {
-        ::gloo::ScatterOptions o(ctx);
-        if (rank() == a.root) {
-          std::vector<T*> blocks;
-          for (std::size_t q = 0; q < n; ++q) blocks.push_back(in + q * a.s.count);
-          o.setInputs(blocks, a.s.count);
-        }
-        o.setOutput(a.out, a.s.count);
-        o.setRoot(a.root);
-        o.setTag(tag_++);
-        ::gloo::scatter(o);
+      case collective::scatter:
+        scatter(a);
         return;
-      }
       case collective::all_to_all: {
         ::gloo::AlltoallOptions o(ctx);
         o.setInput(in, a.s.count * n);
