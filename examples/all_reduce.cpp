@@ -19,7 +19,9 @@ int main(int argc, char** argv) {
   int np = 4;
   for (int i = 1; i < argc; ++i) {
     if (std::string_view(argv[i]) == "--np" && i + 1 < argc) {
-      np = std::atoi(argv[++i]);
+      char* end = nullptr;
+      const long n = std::strtol(argv[++i], &end, 10);
+      np = *end == '\0' && n <= 1024 ? static_cast<int>(n) : 0;  // else refused below
     } else {
       std::fprintf(stderr, "usage: %s [--np N]\n", argv[0]);
       return 2;

@@ -263,7 +263,9 @@ int main(int argc, char** argv) {
     if (a == "--compare" && i + 2 < argc) return compare(argv[i + 1], argv[i + 2]);
     if (i + 1 >= argc) return usage(argv[0]);
     const char* v = argv[++i];
-    const long n = std::strtol(v, nullptr, 10);
+    char* end = nullptr;
+    const long parsed = std::strtol(v, &end, 10);
+    const long n = *end == '\0' ? parsed : 0;  // not a whole number ("2x"): refused below
     if (a == "--save") {
       c.save = v;
     } else if (n < 1) {

@@ -247,7 +247,9 @@ int main(int argc, char** argv) {
   bool bad = argc % 2 == 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string_view a = argv[i];
-    const long n = std::strtol(argv[i + 1], nullptr, 10);
+    char* end = nullptr;
+    const long parsed = std::strtol(argv[i + 1], &end, 10);
+    const long n = *end == '\0' ? parsed : 0;  // not a whole number ("2x"): refused below
     if (n < 1) bad = true;
     if (a == "--stages")
       c.stages = static_cast<int>(n);

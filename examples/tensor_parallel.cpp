@@ -223,18 +223,24 @@ int train(Comm& world, const config& c) {
 
 int main(int argc, char** argv) {
   config c;
+  bool bad = argc % 2 == 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string_view a = argv[i];
-    const long n = std::strtol(argv[i + 1], nullptr, 10);
-    if (n < 1) break;
-    if (a == "--dp")
+    char* end = nullptr;
+    const long parsed = std::strtol(argv[i + 1], &end, 10);
+    const long n = *end == '\0' ? parsed : 0;  // not a whole number ("2x"): refused below
+    if (n < 1)
+      bad = true;
+    else if (a == "--dp")
       c.dp = static_cast<int>(n);
     else if (a == "--tp")
       c.tp = static_cast<int>(n);
     else if (a == "--steps")
       c.steps = static_cast<std::size_t>(n);
+    else
+      bad = true;
   }
-  if (hidden % static_cast<std::size_t>(c.tp) != 0 || argc % 2 == 0) {
+  if (bad || hidden % static_cast<std::size_t>(c.tp) != 0) {
     std::fprintf(stderr, "usage: %s [--dp N] [--tp N (divides %zu)] [--steps N]\n", argv[0],
                  hidden);
     return 2;
