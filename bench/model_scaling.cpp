@@ -1,7 +1,7 @@
 // The α-β-γ model's predictions for all_reduce on worlds across hosts, and tutti::automatic's
 // pick, from 8 to 1,024 ranks (hosts × ranks per host): what docs/scaling.md tabulates.
 //
-//   model-scaling [--link-gbps G] [--link-alpha-us A] [--sizes 4,65536,...] [--shapes 1x8,2x4,...]
+//   model-scaling [--link-gbps G] [--link-alpha-us A] [--sizes 4,64K,1M,...] [--shapes 1x8,2x4,...]
 //                 [--inside shm|gloo] [--flat-inside copies|tcp] [--ranks-per-cpu R]
 //
 // Inside a host: tutti::shm's costs for hierarchical (tutti::cluster), or with --inside gloo no
@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <limits>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -31,17 +32,9 @@
 #include <tutti/detail/gloo/costs.hpp>
 #include <tutti/transport/shm.hpp>
 
-namespace {
+#include "tb/cli.hpp"
 
-std::vector<std::string> split_list(std::string_view s) {
-  std::vector<std::string> out;
-  while (!s.empty()) {
-    const auto comma = s.find(',');
-    out.emplace_back(s.substr(0, comma));
-    s = comma == std::string_view::npos ? std::string_view{} : s.substr(comma + 1);
-  }
-  return out;
-}
+namespace {
 
 std::string human(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB"};
@@ -87,45 +80,39 @@ std::optional<double> number(const std::string& s) {
   return v;
 }
 
-/// "HxL": hosts × ranks per host, each a whole number in 1..4096.
-std::optional<std::pair<int, int>> shape_of(const std::string& s) {
+/// "HxL": hosts × ranks per host, each a whole number in 1..4096 (tutti-bench's parse_count).
+std::pair<int, int> shape_of(const std::string& flag, const std::string& s) {
   const auto x = s.find('x');
-  if (x == std::string::npos) return std::nullopt;
-  const auto h = number(s.substr(0, x)), l = number(s.substr(x + 1));
-  const auto whole = [](std::optional<double> v) {
-    return v && *v >= 1 && *v <= 4096 && *v == static_cast<int>(*v);
-  };
-  if (!whole(h) || !whole(l)) return std::nullopt;
-  return std::pair{static_cast<int>(*h), static_cast<int>(*l)};
+  const std::string why = flag + ": '" + s + "': each shape HOSTSxRANKS, whole numbers in 1..4096";
+  if (x == std::string::npos) throw std::invalid_argument(why);
+  const std::size_t h = tutti_bench::detail::parse_count(flag, s.substr(0, x));
+  const std::size_t l = tutti_bench::detail::parse_count(flag, s.substr(x + 1));
+  if (h < 1 || h > 4096 || l < 1 || l > 4096) throw std::invalid_argument(why);
+  return {static_cast<int>(h), static_cast<int>(l)};
 }
 
-/// Reads the flags into `o`; the error, or empty.
-std::string parse(int argc, char** argv, settings& o) {
+/// Reads the flags into `o`; the error, or empty. Lists and sizes read as tutti-bench's do
+/// (4,64K,16M).
+std::string parse(int argc, char** argv, settings& o) try {
+  using tutti_bench::detail::split_list;
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) return flag + ": missing value";
     const std::string value = argv[i + 1];
-    const auto num = number(value);
-    const std::string bad = flag + ": '" + value + "'";
     if (flag == "--link-gbps" || flag == "--link-alpha-us" || flag == "--ranks-per-cpu") {
-      if (!num) return bad + " is not a number";
+      const auto num = number(value);
+      if (!num) return flag + ": '" + value + "' is not a number";
       (flag == "--link-gbps" ? o.gbps : flag == "--link-alpha-us" ? o.alpha : o.per_cpu) = *num;
     } else if (flag == "--sizes") {
       o.sizes.clear();
       for (const auto& part : split_list(value)) {
-        const auto bytes = number(part);
-        if (!bytes || *bytes < 1)
-          return flag + ": '" + part + "': each size a number of bytes >= 1";
-        o.sizes.push_back(*bytes);
+        const std::size_t bytes = tutti_bench::detail::parse_size(flag, part);
+        if (bytes == 0) return flag + ": sizes start at 1 byte";
+        o.sizes.push_back(static_cast<double>(bytes));
       }
     } else if (flag == "--shapes") {
       o.shapes.clear();
-      for (const auto& part : split_list(value)) {
-        const auto shape = shape_of(part);
-        if (!shape)
-          return flag + ": '" + part + "': each shape HOSTSxRANKS, whole numbers in 1..4096";
-        o.shapes.push_back(*shape);
-      }
+      for (const auto& part : split_list(value)) o.shapes.push_back(shape_of(flag, part));
     } else if (flag == "--inside") {
       o.inside = value;
     } else if (flag == "--flat-inside") {
@@ -140,6 +127,8 @@ std::string parse(int argc, char** argv, settings& o) {
     return "--link-gbps must be > 0, --link-alpha-us >= 0, --inside shm or gloo, --flat-inside "
            "copies or tcp, --ranks-per-cpu >= 0, --sizes and --shapes not empty";
   return {};
+} catch (const std::invalid_argument& e) {
+  return e.what();
 }
 
 /// What automatic is told about a world of `h` hosts × `l` ranks: `local` inside a host (for

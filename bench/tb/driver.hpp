@@ -433,7 +433,7 @@ int program_main(int argc, char** argv, const program& p, Run&& run) {
   try {
     return run(parsed.opts);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%.*s: %s\n", static_cast<int>(p.name.size()), p.name.data(), e.what());
+    detail::complain(p.name, e.what());
     return 2;
   }
 }
