@@ -22,13 +22,14 @@
 #   HOSTS=4 RANKS_PER_HOST=1 RATE=1gbit bench/netns/compare_hosts.sh
 #
 # Runs every algorithm ROUNDS times, the algorithms interleaved within each round so slow drift
-# on a noisy machine hits all alike; keeps each algorithm's best (lowest) time per size; prints a
-# markdown table: time in microseconds per size and algorithm, tutti's best flat policy (ring,
-# tree, recursive_halving, recursive_doubling, bruck, direct: whichever ran) and Gloo's best
-# algorithm, then time ratios (< 1: tutti is faster): best flat / best Gloo, and for every other
-# tutti policy that ran (automatic, automatic_tcp, hierarchical@cluster, ...) that policy /
-# best Gloo; then the sizes where the best flat policy misses the target (no slower than Gloo's
-# best at any size, >= 1.3x faster from 1 MiB). The same goes to OUT/summary.md.
+# on a noisy machine hits all alike; keeps each algorithm's best (lowest) time per size, or its
+# median (STAT); prints a markdown table: time in microseconds per size and algorithm, tutti's
+# best flat policy (ring, tree, recursive_halving, recursive_doubling, bruck, direct: whichever
+# ran) and Gloo's best algorithm, then time ratios (< 1: tutti is faster): best flat / best
+# Gloo, and for every other tutti policy that ran (automatic, automatic_tcp,
+# hierarchical@cluster, ...) that policy / best Gloo; then the sizes where the best flat
+# policy misses the target (no slower than Gloo's best at any size, >= 1.3x faster from
+# 1 MiB). The same goes to OUT/summary.md.
 #
 # Environment:
 #   HOSTS (2)                       simulated hosts (network namespaces), 1..250
@@ -51,6 +52,12 @@
 #                                   instead of at the veth's speed
 #   MINBYTES (4)  MAXBYTES (64M)    sizes, nccl-tests syntax (K/M/G), doubling
 #   ROUNDS (2)                      runs per algorithm
+#   ITERS (unset: ~0.2 s per size)  timed calls per size in every run (-n): a fixed count makes
+#                                   runs as long at every size and for every program
+#   STAT (best)                     best: each algorithm's lowest time per size over the rounds;
+#                                   median: its median (the middle of the sorted times; the mean
+#                                   of the two middle ones for an even ROUNDS), which a program
+#                                   that is fast only now and then does not win
 #   PLACEMENT (out-of-place)        out-of-place or in-place: tutti's policies and Gloo's ring and
 #                                   bcube; Gloo's classic classes (ring_chunked,
 #                                   halving_doubling) run in place either way, so in-place is
@@ -106,6 +113,8 @@ rate="${RATE:-}"
 minbytes="${MINBYTES:-4}"
 maxbytes="${MAXBYTES:-64M}"
 rounds="${ROUNDS:-2}"
+iters="${ITERS:-}"
+stat="${STAT:-best}"
 placement="${PLACEMENT:-out-of-place}"
 run_timeout="${RUN_TIMEOUT:-900}"
 bin_dir="${BIN_DIR:-$repo/build/release/bench}"
@@ -113,6 +122,8 @@ read -r -a algos <<<"${ALGOS:-automatic ring tree recursive_halving gloo_ring gl
 [[ "$hosts" =~ ^[1-9][0-9]*$ && "$hosts" -le 250 ]] || die "HOSTS must be an integer in 1..250"
 [[ "$rph" =~ ^[1-9][0-9]*$ ]] || die "RANKS_PER_HOST must be a positive integer"
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"
+[[ -z "$iters" || "$iters" =~ ^[1-9][0-9]*$ ]] || die "ITERS must be a positive integer"
+[[ "$stat" == best || "$stat" == median ]] || die "STAT must be best or median"
 [[ "$placement" == out-of-place || "$placement" == in-place ]] ||
   die "PLACEMENT must be out-of-place or in-place"
 [[ "$run_timeout" =~ ^[1-9][0-9]*$ ]] || die "RUN_TIMEOUT must be a positive number of seconds"
@@ -347,7 +358,7 @@ model="$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
     "MTU $mtu, $([[ "$frames" == whole ]] && echo "whole frames (offloads off)" || echo "GSO packets")," \
     "TCP congestion control $(ip netns exec "${tag}h0" sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo '?')"
   echo "- tutti-bench --transport gloo (A@T: --transport T) / tutti-bench-gloo all_reduce --algo A -b $minbytes -e $maxbytes -a 3 --csv --placement $placement" \
-    "(Gloo's ring_chunked and halving_doubling: in place); best of $rounds interleaved runs${PRIO:+, under chrt -f $PRIO}"
+    "${iters:+-n $iters }(Gloo's ring_chunked and halving_doubling: in place); $stat of $rounds interleaved runs${PRIO:+, under chrt -f $PRIO}"
   echo "- raw output: $out"
   echo
 } | tee "$out/summary.md"
@@ -369,6 +380,7 @@ for ((round = 1; round <= rounds; round++)); do
       [[ "$name" != automatic_tcp ]] || { name=automatic cmd=(env TUTTI_GLOO_CMA=0); }
       cmd+=("$bin" all_reduce --transport "$transport" --algo "$name" --placement "$placement")
     fi
+    [[ -z "$iters" ]] || cmd+=(-n "$iters")
     if run_world "$a.r$round" "${cmd[@]}" -b "$minbytes" -e "$maxbytes" -a 3 --csv --json "$out/$a.r$round.json"; then
       printf 'ok (%ss)\n' "$((SECONDS - start))" >&2
     else
@@ -382,15 +394,15 @@ done
 {
   echo "- load average after the runs: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
   echo
-  echo "## $hosts hosts x $rph ranks per host${rate:+, $rate links}: time per call (µs), best of $rounds"
+  echo "## $hosts hosts x $rph ranks per host${rate:+, $rate links}: time per call (µs), $stat of $rounds"
   echo
 } | tee -a "$out/summary.md"
-python3 - "$out" "${algos[@]}" <<'PY' | tee -a "$out/summary.md" || failed=1
-import csv, glob, sys
-out, algos = sys.argv[1], sys.argv[2:]
+python3 - "$out" "$stat" "${algos[@]}" <<'PY' | tee -a "$out/summary.md" || failed=1
+import csv, glob, statistics, sys
+out, stat, algos = sys.argv[1], sys.argv[2], sys.argv[3:]
 FLAT = ("ring", "tree", "recursive_halving", "recursive_doubling", "bruck", "direct")
 base = lambda a: a.split("@")[0]
-best, wrong = {}, []
+times, wrong = {}, []
 for a in algos:
     for f in sorted(glob.glob(f"{out}/{a}.r*.csv")):
         for row in csv.reader(open(f)):
@@ -399,7 +411,9 @@ for a in algos:
             size, t = int(row[2]), float(row[3])
             if row[6] not in ("0", ""):
                 wrong.append(f"{f}: {row[6]} wrong elements at {size} B")
-            best[(a, size)] = min(best.get((a, size), t), t)
+            times.setdefault((a, size), []).append(t)
+pick = min if stat == "best" else statistics.median
+best = {k: pick(v) for k, v in times.items()}  # the statistic STAT names
 sizes = sorted({s for (_, s) in best})
 gloo = [a for a in algos if a.startswith("gloo_")]
 flat = [a for a in algos if base(a) in FLAT]

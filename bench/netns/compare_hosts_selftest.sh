@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Self-test of bench/netns/compare_hosts.sh on a small real run: 2 hosts x 1 rank, unshaped
+# links, 4-16 KiB, tutti's ring and Gloo's ring_chunked, 3 rounds of ITERS=3 calls per size,
+# STAT=median. Checks the exit status, that the table has a row per size, and that every cell
+# is the median of the three runs' times in OUT (as printed, one decimal); and that bad ITERS
+# and STAT values exit 2 with their message.
+#
+#   bench/netns/compare_hosts_selftest.sh BIN_DIR     (where tutti-bench and tutti-bench-gloo are)
+#
+# Exit status: 0 passed; 1 a check failed; 77 skipped where compare_hosts.sh cannot run (not
+# root, no network namespaces), which ctest reports as skipped (SKIP_RETURN_CODE 77).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+bin_dir="${1:?usage: compare_hosts_selftest.sh BIN_DIR}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+failures=0
+pass() { printf 'ok   %s\n' "$*"; }
+bad() {
+  printf 'FAIL %s\n' "$*"
+  failures=$((failures + 1))
+}
+
+# Usage errors come before anything is made, root or not.
+for bad_env in "ITERS=0:ITERS must be a positive integer" "STAT=mean:STAT must be best or median"; do
+  setting="${bad_env%%:*}" message="${bad_env#*:}"
+  st=0
+  env "$setting" BIN_DIR="$bin_dir" bash "$here/compare_hosts.sh" >"$work/out" 2>&1 || st=$?
+  if ((st == 2)) && grep -qxF "compare_hosts.sh: $message" "$work/out"; then
+    pass "$setting refused (exit 2)"
+  else
+    bad "$setting: exit $st, said: $(head -c 300 "$work/out")"
+  fi
+done
+
+st=0
+HOSTS=2 RANKS_PER_HOST=1 MINBYTES=4K MAXBYTES=16K ROUNDS=3 ITERS=3 STAT=median \
+  ALGOS="ring gloo_ring_chunked" BIN_DIR="$bin_dir" OUT="$work/run" \
+  bash "$here/compare_hosts.sh" >"$work/table" 2>"$work/err" || st=$?
+if ((st == 77)); then
+  cat "$work/table"
+  exit 77
+fi
+if ((st != 0)); then
+  bad "compare_hosts.sh exited $st"
+  cat "$work/table" "$work/err"
+  exit 1
+fi
+pass "compare_hosts.sh ran (exit 0)"
+grep -qF "time per call (µs), median of 3" "$work/table" && pass "table of medians" ||
+  bad "no 'median of 3' heading"
+
+python3 - "$work/table" "$work/run" <<'PY' || failures=$((failures + 1))
+import csv, statistics, sys
+table, out = sys.argv[1], sys.argv[2]
+algos = ["ring", "gloo_ring_chunked"]
+rows = {}
+for line in open(table):
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    if cells and cells[0].isdigit():
+        rows[int(cells[0])] = cells[1:3]
+want = {}
+for a in algos:
+    for r in (1, 2, 3):
+        for row in csv.reader(open(f"{out}/{a}.r{r}.csv")):
+            if len(row) == 7 and row[2].isdigit():
+                want.setdefault((a, int(row[2])), []).append(float(row[3]))
+sizes = [4096, 8192, 16384]
+ok = sorted(rows) == sizes
+print(("ok  " if ok else "FAIL") + f" rows for {sizes} (got {sorted(rows)})")
+for s in sizes:
+    for i, a in enumerate(algos):
+        times = want.get((a, s), [])
+        med = f"{statistics.median(times):.1f}" if len(times) == 3 else None
+        got = rows.get(s, ["?", "?"])[i]
+        good = med is not None and got == med
+        ok &= good
+        print(("ok  " if good else "FAIL") + f" {a} at {s}: {got} (median of {times})")
+sys.exit(0 if ok else 1)
+PY
+
+((failures == 0)) || {
+  echo "compare_hosts_selftest: $failures check(s) failed"
+  exit 1
+}
+echo "compare_hosts_selftest: passed"
