@@ -18,17 +18,21 @@
 //
 // bench-smoke-args: --np 2 --iters 1 --warmup 1 --rounds 1
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <tutti/tutti.hpp>
+
+#include "tb/cli.hpp"
 
 namespace {
 
@@ -210,43 +214,62 @@ int dispatch(const args& a) {
   return run_algo<tutti::automatic>(a);
 }
 
+// A count that is all of `v` (tutti-bench's parse_count), at most `most`.
+int count_arg(std::string_view flag, const std::string& v, int most) {
+  const std::size_t n = tutti_bench::detail::parse_count(flag, v);
+  if (n > static_cast<std::size_t>(most))
+    throw std::invalid_argument(std::string(flag) + ": too large: '" + v + "'");
+  return static_cast<int>(n);
+}
+
+// A number of MiB that is all of `v` and above 0.
+double mib_arg(std::string_view flag, const std::string& v) {
+  double x = 0;
+  const char* end = v.data() + v.size();
+  const auto [at, ec] = std::from_chars(v.data(), end, x);
+  if (v.empty() || ec != std::errc{} || at != end || !(x > 0))
+    throw std::invalid_argument(std::string(flag) + ": not a positive number: '" + v + "'");
+  return x;
+}
+
+// Reads the flags into `a`; throws std::invalid_argument naming what it cannot read.
+void parse(int argc, char** argv, args& a) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view k = argv[i];
+    if (i + 1 >= argc) throw std::invalid_argument(std::string(k) + ": needs a value");
+    const std::string v = argv[++i];
+    if (k == "--np") {
+      a.np = count_arg(k, v, 1024);
+    } else if (k == "--iters") {
+      a.iters = count_arg(k, v, 1000000);
+    } else if (k == "--bucket-mib") {
+      a.bucket_mib = mib_arg(k, v);
+    } else if (k == "--rounds") {
+      a.rounds = count_arg(k, v, 1000);
+    } else if (k == "--warmup") {
+      a.warmup = count_arg(k, v, 1000000);
+    } else if (k == "--algo" &&
+               (v == "automatic" || v == "ring" || v == "direct" || v == "recursive_halving")) {
+      a.algo = v;
+    } else {
+      throw std::invalid_argument("bad argument " + std::string(k) + " " + v);
+    }
+  }
+  if (a.np < 1 || a.iters < 1 || a.rounds < 1)
+    throw std::invalid_argument("--np, --iters and --rounds must be at least 1");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view k = argv[i];
-    if (i + 1 >= argc) {
-      std::fprintf(stderr,
-                   "usage: %s [--np N] [--iters N] [--warmup N] [--rounds N] [--algo NAME] "
-                   "[--bucket-mib M]\n",
-                   argv[0]);
-      return 2;
-    }
-    const char* v = argv[++i];
-    if (k == "--np") {
-      a.np = std::atoi(v);
-    } else if (k == "--iters") {
-      a.iters = std::atoi(v);
-    } else if (k == "--bucket-mib") {
-      a.bucket_mib = std::atof(v);
-    } else if (k == "--rounds") {
-      a.rounds = std::atoi(v);
-    } else if (k == "--warmup") {
-      a.warmup = std::atoi(v);
-    } else if (k == "--algo" &&
-               (std::string_view(v) == "automatic" || std::string_view(v) == "ring" ||
-                std::string_view(v) == "direct" || std::string_view(v) == "recursive_halving")) {
-      a.algo = v;
-    } else {
-      std::fprintf(stderr, "%s: bad argument %s %s\n", argv[0], argv[i - 1], v);
-      return 2;
-    }
-  }
-  if (a.np < 1 || a.iters < 1 || a.rounds < 1 || a.warmup < 0 || !(a.bucket_mib > 0)) {
+  try {
+    parse(argc, argv, a);
+  } catch (const std::invalid_argument& e) {
     std::fprintf(stderr,
-                 "%s: --np, --iters and --rounds must be >= 1, --warmup >= 0, --bucket-mib > 0\n",
-                 argv[0]);
+                 "%s: %s\nusage: %s [--np N] [--iters N] [--warmup N] [--rounds N] "
+                 "[--algo automatic|ring|direct|recursive_halving] [--bucket-mib M]\n",
+                 argv[0], e.what(), argv[0]);
     return 2;
   }
   return tutti::spawn(a.np, [&a] { return dispatch(a); });
