@@ -28,12 +28,20 @@ struct ask {
   int key;
 };
 
-inline constexpr int patterns = 7;
+inline constexpr int patterns = 8;
 inline const char* const pattern_names[patterns] = {
     "everyone, one color",          "parity, keys reversed",
     "first half, the rest none",    "singletons",
     "thirds, keys shuffled (ties)", "nobody",
-    "two colors, all keys equal"};
+    "two colors, all keys equal",   "scattered: hashed colors (some none) and keys (ties)"};
+
+/// splitmix64's finalizer: scatters (world size, rank) into unrelated colors and keys.
+inline std::uint64_t scatter(std::uint64_t x) noexcept {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
 
 /// What parent rank r of p asks for in pattern k.
 inline ask pattern(int k, int p, int r) {
@@ -50,8 +58,12 @@ inline ask pattern(int k, int p, int r) {
       return {r % 3, (r * 5 + 3) % p};
     case 5:
       return {tutti::no_color, r};
-    default:
+    case 6:
       return {r >= p / 2 ? 1 : 0, 42};
+    default: {  // colors -1..2 (-1: none), keys 0..2, from a hash of world size and rank
+      const std::uint64_t h = scatter((static_cast<std::uint64_t>(p) << 32) | unsigned(r));
+      return {static_cast<int>(h % 4) - 1, static_cast<int>((h >> 8) % 3)};
+    }
   }
 }
 
