@@ -108,6 +108,65 @@ double time_it(Comm& comm, const args& a, F&& f) {
   return max_over_ranks(comm, s);
 }
 
+// Rank `rank`'s gradient values of tensor t: p*(1 + rank + t%7), whose average over the
+// ranks, p*(1 + t%7) + p(p-1)/2, is exact in float.
+float grad_value(int p, std::size_t t, int rank) {
+  return static_cast<float>(p * (1 + rank + static_cast<int>(t % 7)));
+}
+
+// One backward pass: every tensor marked ready in backward order, then finish().
+template <class Bucketer>
+void backward(Bucketer& b, std::size_t tensors) {
+  for (std::size_t t = tensors; t-- > 0;) b.mark_ready(t);
+  b.finish();
+}
+
+// Elements of `b`'s gradients that are not the exact average, summed over the ranks.
+template <class Comm, class Bucketer>
+std::uint64_t wrong_averages(Comm& comm, Bucketer& b, std::size_t tensors) {
+  const int p = comm.size();
+  std::uint64_t wrong = 0;
+  for (std::size_t t = 0; t < tensors; ++t) {
+    const float want = static_cast<float>(p * (1 + static_cast<int>(t % 7))) +
+                       static_cast<float>(p * (p - 1)) / 2.0f;
+    for (const float x : b.template gradient<float>(t)) wrong += x != want ? 1 : 0;
+  }
+  comm.all_reduce(std::span<std::uint64_t>(&wrong, 1), tutti::sum);
+  return wrong;
+}
+
+// Seconds per iteration of each mode, one entry per round.
+struct mode_times {
+  std::vector<double> flat, bucketed, join, copied, each;
+};
+
+// Rank 0's table: each mode's median round, bandwidth and ratio to flat.
+template <class Comm>
+void report(const args& a, int p, std::size_t tensors, std::size_t total, const mode_times& t,
+            std::size_t n_buckets, std::uint64_t wrong) {
+  const double t_flat = median(t.flat), t_each = median(t.each), t_bucketed = median(t.bucketed);
+  std::printf(
+      "# ResNet-50 gradients: %zu float tensors, %zu parameters (%.1f MB); %d ranks "
+      "over tutti::shm, algorithm %s; median of %d rounds of %d iterations after %d warm-up\n",
+      tensors, total, static_cast<double>(total) * 4 / 1e6, p, Comm::algorithm_type::name, a.rounds,
+      a.iters, a.warmup);
+  std::printf("# %-14s %10s %10s %10s\n", "mode", "ms/iter", "GB/s", "vs flat");
+  const auto row = [&](const char* name, double s) {
+    std::printf("  %-14s %10.2f %10.2f %9.2fx\n", name, s * 1e3,
+                static_cast<double>(total) * 4 / s / 1e9, s / t_flat);
+  };
+  row("flat", t_flat);
+  row("bucketed", t_bucketed);
+  row("bucketed-join", median(t.join));
+  row("bucketed-copy", median(t.copied));
+  row("per-tensor", t_each);
+  std::printf(
+      "# bucketed: %zu buckets (first 1 MiB, then %g MiB); per-tensor / bucketed = %.2fx; "
+      "bucketed-join / bucketed = %.3fx; #wrong %llu\n",
+      n_buckets, a.bucket_mib, t_each / t_bucketed, median(t.join) / t_bucketed,
+      static_cast<unsigned long long>(wrong));
+}
+
 template <class Comm>
 int run(Comm& comm, const args& a) {
   const auto sizes = resnet50_tensors();
@@ -119,85 +178,45 @@ int run(Comm& comm, const args& a) {
     return 1;
   }
   const int r = comm.rank(), p = comm.size();
-  const auto value = [&](std::size_t t, int rank) {
-    return static_cast<float>(p * (1 + rank + static_cast<int>(t % 7)));
-  };
-
-  // Bucketed, owned storage. Check the first iteration: the average of p*(1 + rank + t%7)
-  // over the ranks is p*(1 + t%7) + p(p-1)/2, exact in float.
+  const std::size_t tensors = sizes.size();
   const tutti::bucketer_options caps{.bucket_bytes =
                                          static_cast<std::size_t>(a.bucket_mib * 1024 * 1024)};
+  // Bucketed, owned storage; its first iteration is checked.
   tutti::bucketer owned(comm, caps);
   for (const std::size_t n : sizes) owned.template add<float>(n);
-  for (std::size_t t = 0; t < sizes.size(); ++t)
-    for (float& x : owned.template gradient<float>(t)) x = value(t, r);
-  auto backward = [&](auto& b) {
-    for (std::size_t t = sizes.size(); t-- > 0;) b.mark_ready(t);
-    b.finish();
-  };
-  backward(owned);
-  std::uint64_t wrong = 0;
-  for (std::size_t t = 0; t < sizes.size(); ++t) {
-    const float want = static_cast<float>(p * (1 + static_cast<int>(t % 7))) +
-                       static_cast<float>(p * (p - 1)) / 2.0f;
-    for (const float x : owned.template gradient<float>(t)) wrong += x != want ? 1 : 0;
-  }
-  comm.all_reduce(std::span<std::uint64_t>(&wrong, 1), tutti::sum);
-  const std::size_t n_buckets = owned.layout().size();
-
+  for (std::size_t t = 0; t < tensors; ++t)
+    for (float& x : owned.template gradient<float>(t)) x = grad_value(p, t, r);
+  backward(owned, tensors);
+  const std::uint64_t wrong = wrong_averages(comm, owned, tensors);
   // Bucketed with uneven inputs allowed (every rank trains in every iteration).
   tutti::bucketer joinable(
       comm, tutti::bucketer_options{.bucket_bytes = caps.bucket_bytes, .uneven_inputs = true});
   for (const std::size_t n : sizes) joinable.template add<float>(n);
-  for (std::size_t t = 0; t < sizes.size(); ++t)
-    for (float& x : joinable.template gradient<float>(t)) x = value(t, r);
-
+  for (std::size_t t = 0; t < tensors; ++t)
+    for (float& x : joinable.template gradient<float>(t)) x = grad_value(p, t, r);
   // Bucketed, caller-owned buffers.
-  std::vector<std::vector<float>> mine(sizes.size());
+  std::vector<std::vector<float>> mine(tensors);
   tutti::bucketer copied(comm, caps);
-  for (std::size_t t = 0; t < sizes.size(); ++t) {
-    mine[t].assign(sizes[t], value(t, r));
+  for (std::size_t t = 0; t < tensors; ++t) {
+    mine[t].assign(sizes[t], grad_value(p, t, r));
     copied.add(std::span<float>(mine[t]));
   }
   std::vector<float> flat(total, 1.0f);
 
-  // The four modes take turns, `rounds` times, so that a slow phase of the machine hits them
+  // The modes take turns, `rounds` times, so that a slow phase of the machine hits them
   // alike; each mode's time is the median of its rounds.
-  std::vector<double> t_bucketed, t_copied, t_flat_all, t_each_all, t_join;
+  mode_times t;
   for (int round = 0; round < a.rounds; ++round) {
-    t_flat_all.push_back(
+    t.flat.push_back(
         time_it(comm, a, [&] { comm.all_reduce(std::span<float>(flat), tutti::avg); }));
-    t_bucketed.push_back(time_it(comm, a, [&] { backward(owned); }));
-    t_join.push_back(time_it(comm, a, [&] { backward(joinable); }));
-    t_copied.push_back(time_it(comm, a, [&] { backward(copied); }));
-    t_each_all.push_back(time_it(comm, a, [&] {
+    t.bucketed.push_back(time_it(comm, a, [&] { backward(owned, tensors); }));
+    t.join.push_back(time_it(comm, a, [&] { backward(joinable, tensors); }));
+    t.copied.push_back(time_it(comm, a, [&] { backward(copied, tensors); }));
+    t.each.push_back(time_it(comm, a, [&] {
       for (auto& g : mine) comm.all_reduce(std::span<float>(g), tutti::avg);
     }));
   }
-  const double t_flat = median(t_flat_all), t_each = median(t_each_all);
-
-  if (r == 0) {
-    std::printf(
-        "# ResNet-50 gradients: %zu float tensors, %zu parameters (%.1f MB); %d ranks "
-        "over tutti::shm, algorithm %s; median of %d rounds of %d iterations after %d warm-up\n",
-        sizes.size(), total, static_cast<double>(total) * 4 / 1e6, p, Comm::algorithm_type::name,
-        a.rounds, a.iters, a.warmup);
-    std::printf("# %-14s %10s %10s %10s\n", "mode", "ms/iter", "GB/s", "vs flat");
-    const auto row = [&](const char* name, double s) {
-      std::printf("  %-14s %10.2f %10.2f %9.2fx\n", name, s * 1e3,
-                  static_cast<double>(total) * 4 / s / 1e9, s / t_flat);
-    };
-    row("flat", t_flat);
-    row("bucketed", median(t_bucketed));
-    row("bucketed-join", median(t_join));
-    row("bucketed-copy", median(t_copied));
-    row("per-tensor", t_each);
-    std::printf(
-        "# bucketed: %zu buckets (first 1 MiB, then %g MiB); per-tensor / bucketed = %.2fx; "
-        "bucketed-join / bucketed = %.3fx; #wrong %llu\n",
-        n_buckets, a.bucket_mib, t_each / median(t_bucketed), median(t_join) / median(t_bucketed),
-        static_cast<unsigned long long>(wrong));
-  }
+  if (r == 0) report<Comm>(a, p, tensors, total, t, owned.layout().size(), wrong);
   return wrong == 0 ? 0 : 1;
 }
 
