@@ -54,6 +54,11 @@
 #   ROUNDS (2)                      runs per algorithm
 #   ITERS (unset: ~0.2 s per size)  timed calls per size in every run (-n): a fixed count makes
 #                                   runs as long at every size and for every program
+#   CPU (unset)                     1: also the CPU time each call costs, all ranks together
+#                                   (user and system, the median over the rounds: bash's `times`
+#                                   of each rank's process, divided by ITERS + 5 warm-up calls;
+#                                   connecting and the one checked call are included, so use a
+#                                   large ITERS). Needs ITERS and one size (MINBYTES = MAXBYTES)
 #   STAT (best)                     best: each algorithm's lowest time per size over the rounds;
 #                                   median: its median (the middle of the sorted times; the mean
 #                                   of the two middle ones for an even ROUNDS), which a program
@@ -114,6 +119,7 @@ minbytes="${MINBYTES:-4}"
 maxbytes="${MAXBYTES:-64M}"
 rounds="${ROUNDS:-2}"
 iters="${ITERS:-}"
+cpu="${CPU:-}"
 stat="${STAT:-best}"
 placement="${PLACEMENT:-out-of-place}"
 run_timeout="${RUN_TIMEOUT:-900}"
@@ -124,6 +130,9 @@ read -r -a algos <<<"${ALGOS:-automatic ring tree recursive_halving gloo_ring gl
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"
 [[ -z "$iters" || "$iters" =~ ^[1-9][0-9]*$ ]] || die "ITERS must be a positive integer"
 [[ "$stat" == best || "$stat" == median ]] || die "STAT must be best or median"
+[[ -z "$cpu" || "$cpu" == 1 ]] || die "CPU must be 1 or unset"
+[[ -z "$cpu" || (-n "$iters" && "$minbytes" == "$maxbytes") ]] ||
+  die "CPU=1 needs ITERS and one size (MINBYTES = MAXBYTES): CPU time is counted per run"
 [[ "$placement" == out-of-place || "$placement" == in-place ]] ||
   die "PLACEMENT must be out-of-place or in-place"
 [[ "$run_timeout" =~ ^[1-9][0-9]*$ ]] || die "RUN_TIMEOUT must be a positive number of seconds"
@@ -320,6 +329,7 @@ run_world() {
       k=$((h * rph + r))
       ip netns exec "${tag}h$h" env RANK=$k WORLD_SIZE=$((hosts * rph)) LOCAL_RANK=$r \
         LOCAL_WORLD_SIZE="$rph" MASTER_ADDR="$(addr_of 0)" MASTER_PORT=$port \
+        CPU_TIMES="$work/cpu.$k" "${cpu_times[@]}" \
         timeout "$run_timeout" "${prio[@]}" "$@" >"$work/out.$k" 2>"$out/$name.rank$k.err" &
       pids+=($!)
     done
@@ -337,12 +347,22 @@ run_world() {
     fi
   done
   mv "$work/out.0" "$out/$name.csv"
+  if ((${#cpu_times[@]})); then # "RANK USER SYS" in seconds, from the children line of `times`
+    for ((k = 0; k < ${#pids[@]}; k++)); do
+      sed -n '2s/^\([0-9]*\)m\([0-9.]*\)s \([0-9]*\)m\([0-9.]*\)s$/\1 \2 \3 \4/p' "$work/cpu.$k" |
+        awk -v k="$k" '{ printf "%d %.3f %.3f\n", k, $1 * 60 + $2, $3 * 60 + $4 }'
+    done >"$out/$name.cpu"
+  fi
   for ((k = 0; k < ${#pids[@]}; k++)); do
     [[ -s "$out/$name.rank$k.err" ]] || rm -f "$out/$name.rank$k.err"
   done
   pids=()
   return $rc
 }
+
+# CPU=1: each rank runs under a bash that writes its `times` (the rank's own CPU) at the end.
+cpu_times=()
+[[ -z "$cpu" ]] || cpu_times=(bash -c '"$@"; rc=$?; times >"$CPU_TIMES"; exit $rc' cpu_times)
 
 np=$((hosts * rph))
 model="$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
@@ -397,9 +417,10 @@ done
   echo "## $hosts hosts x $rph ranks per host${rate:+, $rate links}: time per call (µs), $stat of $rounds"
   echo
 } | tee -a "$out/summary.md"
-python3 - "$out" "$stat" "${algos[@]}" <<'PY' | tee -a "$out/summary.md" || failed=1
+calls="${cpu:+$((iters + 5))}" # CPU=1: the calls each run makes (tutti-bench's 5 warm-up ones)
+python3 - "$out" "$stat" "$calls" "${algos[@]}" <<'PY' | tee -a "$out/summary.md" || failed=1
 import csv, glob, statistics, sys
-out, stat, algos = sys.argv[1], sys.argv[2], sys.argv[3:]
+out, stat, calls, algos = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 FLAT = ("ring", "tree", "recursive_halving", "recursive_doubling", "bruck", "direct")
 base = lambda a: a.split("@")[0]
 times, wrong = {}, []
@@ -446,6 +467,21 @@ if flat and gloo:
           "and >= 1.3x faster (ratio <= 0.77) from 1 MiB")
     print("- best flat slower than best Gloo at: " + (", ".join(slower) or "no size"))
     print("- best flat < 1.3x faster than best Gloo from 1 MiB at: " + (", ".join(short) or "no size"))
+    print()
+if calls:  # CPU=1: each run's CPU over all ranks, per call; the median over the rounds
+    print(f"## CPU per call (µs, all ranks together, median of the rounds; {calls} calls per run)")
+    print()
+    print("| algorithm | user | system | system share |")
+    print("|---|---:|---:|---:|")
+    for a in algos:
+        per_run = []
+        for f in sorted(glob.glob(f"{out}/{a}.r*.cpu")):
+            rows = [line.split() for line in open(f) if line.strip()]
+            per_run.append((sum(float(r[1]) for r in rows), sum(float(r[2]) for r in rows)))
+        if per_run:
+            u = statistics.median(r[0] for r in per_run) * 1e6 / int(calls)
+            y = statistics.median(r[1] for r in per_run) * 1e6 / int(calls)
+            print(f"| {a} | {u:.1f} | {y:.1f} | {y / (u + y):.2f} |" if u + y > 0 else f"| {a} | 0 | 0 | – |")
     print()
 for w in wrong:
     print(f"- WRONG: {w}")

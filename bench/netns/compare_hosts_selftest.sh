@@ -2,8 +2,9 @@
 # Self-test of bench/netns/compare_hosts.sh on a small real run: 2 hosts x 1 rank, unshaped
 # links, 4-16 KiB, tutti's ring and Gloo's ring_chunked, 3 rounds of ITERS=3 calls per size,
 # STAT=median. Checks the exit status, that the table has a row per size, and that every cell
-# is the median of the three runs' times in OUT (as printed, one decimal); and that bad ITERS
-# and STAT values exit 2 with their message.
+# is the median of the three runs' times in OUT (as printed, one decimal); a CPU=1 run, whose
+# table must give each algorithm's CPU per call from the per-rank CPU times it kept; and that
+# bad ITERS, STAT and CPU settings exit 2 with their message.
 #
 #   bench/netns/compare_hosts_selftest.sh BIN_DIR     (where tutti-bench and tutti-bench-gloo are)
 #
@@ -24,10 +25,12 @@ bad() {
 }
 
 # Usage errors come before anything is made, root or not.
-for bad_env in "ITERS=0:ITERS must be a positive integer" "STAT=mean:STAT must be best or median"; do
+for bad_env in "ITERS=0:ITERS must be a positive integer" "STAT=mean:STAT must be best or median" \
+  "CPU=1:CPU=1 needs ITERS and one size (MINBYTES = MAXBYTES): CPU time is counted per run"; do
   setting="${bad_env%%:*}" message="${bad_env#*:}"
   st=0
-  env "$setting" BIN_DIR="$bin_dir" bash "$here/compare_hosts.sh" >"$work/out" 2>&1 || st=$?
+  env "$setting" MINBYTES=4K MAXBYTES=8K BIN_DIR="$bin_dir" bash "$here/compare_hosts.sh" \
+    >"$work/out" 2>&1 || st=$?
   if ((st == 2)) && grep -qxF "compare_hosts.sh: $message" "$work/out"; then
     pass "$setting refused (exit 2)"
   else
@@ -80,6 +83,36 @@ for s in sizes:
         print(("ok  " if good else "FAIL") + f" {a} at {s}: {got} (median of {times})")
 sys.exit(0 if ok else 1)
 PY
+
+# CPU=1: one size, one round of 20 calls (+ 5 warm-up) per algorithm.
+st=0
+HOSTS=2 RANKS_PER_HOST=1 MINBYTES=64K MAXBYTES=64K ROUNDS=1 ITERS=20 CPU=1 \
+  ALGOS="ring gloo_ring_chunked" BIN_DIR="$bin_dir" OUT="$work/cpu" \
+  bash "$here/compare_hosts.sh" >"$work/cpu_table" 2>"$work/err" || st=$?
+if ((st != 0)); then
+  bad "compare_hosts.sh CPU=1 exited $st"
+  cat "$work/cpu_table" "$work/err"
+else
+  python3 - "$work/cpu_table" "$work/cpu" <<'PY' || failures=$((failures + 1))
+import sys
+table, out = sys.argv[1], sys.argv[2]
+rows = {}
+for line in open(table):
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    if len(cells) == 4 and cells[0] in ("ring", "gloo_ring_chunked"):
+        rows[cells[0]] = cells[1:3]
+ok = True
+for a in ("ring", "gloo_ring_chunked"):
+    ranks = [line.split() for line in open(f"{out}/{a}.r1.cpu") if line.strip()]
+    user = sum(float(r[1]) for r in ranks) * 1e6 / 25
+    sys_ = sum(float(r[2]) for r in ranks) * 1e6 / 25
+    want = [f"{user:.1f}", f"{sys_:.1f}"]
+    good = [r[0] for r in ranks] == ["0", "1"] and user + sys_ > 0 and rows.get(a) == want
+    ok &= good
+    print(("ok  " if good else "FAIL") + f" CPU per call of {a}: {rows.get(a)} (from its ranks' times: {want})")
+sys.exit(0 if ok else 1)
+PY
+fi
 
 ((failures == 0)) || {
   echo "compare_hosts_selftest: $failures check(s) failed"
