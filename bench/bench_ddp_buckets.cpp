@@ -18,7 +18,6 @@
 //
 // bench-smoke-args: --np 2 --iters 1 --warmup 1 --rounds 1
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -121,6 +120,15 @@ void backward(Bucketer& b, std::size_t tensors) {
   b.finish();
 }
 
+// Gives `b` the gradients of `sizes` (float tensors, owned by the buckets), filled with rank
+// `r` of `p`'s values.
+template <class Bucketer>
+void add_owned(Bucketer& b, const std::vector<std::size_t>& sizes, int p, int r) {
+  for (const std::size_t n : sizes) b.template add<float>(n);
+  for (std::size_t t = 0; t < sizes.size(); ++t)
+    for (float& x : b.template gradient<float>(t)) x = grad_value(p, t, r);
+}
+
 // Elements of `b`'s gradients that are not the exact average, summed over the ranks.
 template <class Comm, class Bucketer>
 std::uint64_t wrong_averages(Comm& comm, Bucketer& b, std::size_t tensors) {
@@ -183,17 +191,13 @@ int run(Comm& comm, const args& a) {
                                          static_cast<std::size_t>(a.bucket_mib * 1024 * 1024)};
   // Bucketed, owned storage; its first iteration is checked.
   tutti::bucketer owned(comm, caps);
-  for (const std::size_t n : sizes) owned.template add<float>(n);
-  for (std::size_t t = 0; t < tensors; ++t)
-    for (float& x : owned.template gradient<float>(t)) x = grad_value(p, t, r);
+  add_owned(owned, sizes, p, r);
   backward(owned, tensors);
   const std::uint64_t wrong = wrong_averages(comm, owned, tensors);
   // Bucketed with uneven inputs allowed (every rank trains in every iteration).
   tutti::bucketer joinable(
       comm, tutti::bucketer_options{.bucket_bytes = caps.bucket_bytes, .uneven_inputs = true});
-  for (const std::size_t n : sizes) joinable.template add<float>(n);
-  for (std::size_t t = 0; t < tensors; ++t)
-    for (float& x : joinable.template gradient<float>(t)) x = grad_value(p, t, r);
+  add_owned(joinable, sizes, p, r);
   // Bucketed, caller-owned buffers.
   std::vector<std::vector<float>> mine(tensors);
   tutti::bucketer copied(comm, caps);
@@ -241,13 +245,10 @@ int count_arg(std::string_view flag, const std::string& v, int most) {
   return static_cast<int>(n);
 }
 
-// A number of MiB that is all of `v` and above 0.
+// A number of MiB that is all of `v` (tutti-bench's parse_real) and above 0.
 double mib_arg(std::string_view flag, const std::string& v) {
-  double x = 0;
-  const char* end = v.data() + v.size();
-  const auto [at, ec] = std::from_chars(v.data(), end, x);
-  if (v.empty() || ec != std::errc{} || at != end || !(x > 0))
-    throw std::invalid_argument(std::string(flag) + ": not a positive number: '" + v + "'");
+  const double x = tutti_bench::detail::parse_real(flag, v);
+  if (!(x > 0)) throw std::invalid_argument(std::string(flag) + ": must be above 0");
   return x;
 }
 

@@ -16,11 +16,9 @@
 // runs them; 0, the default, a CPU per rank). Prints one markdown table per size: predicted
 // microseconds per policy, and the pick. No ranks run: this is the model alone.
 
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -71,15 +69,6 @@ struct settings {
                                           {8, 8}, {16, 8}, {32, 8}, {64, 8}, {128, 8}};
 };
 
-/// `s` as a number, all of it, or nothing.
-std::optional<double> number(const std::string& s) {
-  if (s.empty()) return std::nullopt;
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (end != s.c_str() + s.size() || !std::isfinite(v)) return std::nullopt;
-  return v;
-}
-
 /// "HxL": hosts × ranks per host, each a whole number in 1..4096 (tutti-bench's parse_count).
 std::pair<int, int> shape_of(const std::string& flag, const std::string& s) {
   const auto x = s.find('x');
@@ -100,9 +89,9 @@ std::string parse(int argc, char** argv, settings& o) try {
     if (i + 1 >= argc) return flag + ": missing value";
     const std::string value = argv[i + 1];
     if (flag == "--link-gbps" || flag == "--link-alpha-us" || flag == "--ranks-per-cpu") {
-      const auto num = number(value);
-      if (!num) return flag + ": '" + value + "' is not a number";
-      (flag == "--link-gbps" ? o.gbps : flag == "--link-alpha-us" ? o.alpha : o.per_cpu) = *num;
+      (flag == "--link-gbps"       ? o.gbps
+       : flag == "--link-alpha-us" ? o.alpha
+                                   : o.per_cpu) = tutti_bench::detail::parse_real(flag, value);
     } else if (flag == "--sizes") {
       o.sizes.clear();
       for (const auto& part : split_list(value)) {

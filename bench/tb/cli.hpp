@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <limits>
 #include <optional>
@@ -155,6 +157,15 @@ namespace detail {
   if (pos == 0 || pos != s.size())
     throw std::invalid_argument(std::string(flag) + ": not a non-negative integer: '" + s + "'");
   return static_cast<std::size_t>(v);
+}
+
+// A finite number that is all of `s` (model-scaling's and bench_ddp_buckets' rates and sizes).
+[[nodiscard]] inline double parse_real(std::string_view flag, const std::string& s) {
+  char* end = nullptr;
+  const double v = s.empty() ? 0.0 : std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v))
+    throw std::invalid_argument(std::string(flag) + ": '" + s + "' is not a number");
+  return v;
 }
 
 [[nodiscard]] inline std::optional<collective> parse_collective(std::string_view s) {
