@@ -80,6 +80,20 @@ class context {
     finish_reduce(inout, rbytes);
   }
 
+  /// Whether a receive of `bytes` from `peer` should be posted a step ahead of its message
+  /// (exchange_reduce_and_post): never on a device transport, whose operations run in order
+  /// on its stream (an early receive would hold back every later operation until its message
+  /// came); as the transport says where it has a say (tutti::gloo: not for a message of several
+  /// TCP parts); else always.
+  [[nodiscard]] bool post_ahead(int peer, std::size_t bytes) const noexcept {
+    if constexpr (device_transport<Transport>)
+      return false;
+    else if constexpr (requires { t_.post_ahead(peer, bytes, c_.elem_size); })
+      return t_.post_ahead(peer, bytes, c_.elem_size);
+    else
+      return true;
+  }
+
   /// sendrecv_reduce with `to == from`, which also posts the receive of that peer's next
   /// message into `next` before this step's send goes: a transport whose sends wait until the
   /// receiver has posted (Gloo's TCP pairs) then finds it posted when that message comes. The

@@ -5,6 +5,7 @@
 /// g is old rank 2g + 1 for g < rem and g + rem otherwise.
 
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -51,14 +52,16 @@ enum class halving_order {
 /// steps, which `mirror_all_gather` undoes. Only active ranks call it.
 ///
 /// With `gathers`, each step also posts the receive of the all-gather step that mirrors it
-/// (into the range it sends, which this rank no longer touches afterwards; the partner fills
-/// it only after it has all of this rank's reduce-scatter): over a transport whose send waits
-/// for the receiver to post (Gloo's TCP pairs), each all-gather step then costs one crossing
-/// instead of an exchange's two (bench/RESULTS.md).
+/// where the context says it pays (context::post_ahead; else the entry stays empty and the
+/// all-gather step is a plain exchange), into the range it sends, which this rank no longer
+/// touches afterwards; the partner fills it only after it has all of this rank's
+/// reduce-scatter. Over a transport whose send waits for the receiver to post (Gloo's TCP
+/// pairs), such an all-gather step costs one crossing instead of an exchange's two
+/// (bench/RESULTS.md).
 template <class Ctx>
 std::vector<halving_step> halving_reduce_scatter(
     Ctx& c, std::byte* buf, std::span<const std::size_t> goff, const fold& f, halving_order order,
-    std::vector<typename Ctx::request>* gathers = nullptr) {
+    std::vector<std::optional<typename Ctx::request>>* gathers = nullptr) {
   std::vector<halving_step> steps;
   int lo = 0, hi = f.pof2;
   const bool nearest = order == halving_order::nearest_first;
@@ -71,13 +74,15 @@ std::vector<halving_step> halving_reduce_scatter(
                           upper ? lo : mid, upper ? mid : hi};
     const auto sl = static_cast<std::size_t>(st.send_lo), sh = static_cast<std::size_t>(st.send_hi);
     const auto kl = static_cast<std::size_t>(st.keep_lo), kh = static_cast<std::size_t>(st.keep_hi);
-    if (gathers != nullptr)
+    if (gathers != nullptr && c.post_ahead(st.partner, goff[sh] - goff[sl])) {
       gathers->push_back(c.exchange_reduce_and_post(st.partner, buf + goff[sl], goff[sh] - goff[sl],
                                                     buf + goff[kl], goff[kh] - goff[kl],
                                                     buf + goff[sl], goff[sh] - goff[sl]));
-    else
+    } else {
       c.sendrecv_reduce(st.partner, buf + goff[sl], goff[sh] - goff[sl], st.partner, buf + goff[kl],
                         goff[kh] - goff[kl]);
+      if (gathers != nullptr) gathers->emplace_back();
+    }
     lo = st.keep_lo;
     hi = st.keep_hi;
     steps.push_back(st);
@@ -91,18 +96,18 @@ std::vector<halving_step> halving_reduce_scatter(
 template <class Ctx>
 void mirror_all_gather(Ctx& c, std::byte* buf, std::span<const std::size_t> goff,
                        const std::vector<halving_step>& steps,
-                       std::vector<typename Ctx::request>* gathers = nullptr) {
+                       std::vector<std::optional<typename Ctx::request>>* gathers = nullptr) {
   for (std::size_t i = steps.size(); i-- > 0;) {
     const halving_step& st = steps[i];
     const auto sl = static_cast<std::size_t>(st.send_lo), sh = static_cast<std::size_t>(st.send_hi);
     const auto kl = static_cast<std::size_t>(st.keep_lo), kh = static_cast<std::size_t>(st.keep_hi);
-    if (gathers == nullptr) {
+    if (gathers == nullptr || !(*gathers)[i]) {
       c.sendrecv(st.partner, buf + goff[kl], goff[kh] - goff[kl], st.partner, buf + goff[sl],
                  goff[sh] - goff[sl]);
       continue;
     }
     auto sr = c.isend(st.partner, buf + goff[kl], goff[kh] - goff[kl]);
-    c.wait((*gathers)[i]);
+    c.wait(*(*gathers)[i]);
     c.wait(sr);
   }
 }

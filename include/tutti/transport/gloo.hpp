@@ -188,6 +188,12 @@ class gloo {
                               detail::space sp, std::uint64_t tag) {
     return request(detail::gloo_post(s_, peer, data.data(), data.size(), c, sp, tag, false));
   }
+  /// Whether a collective receive of `bytes` (elements of `elem` bytes) from `peer` is worth
+  /// posting a step early (detail::context::post_ahead): a single copy or a message of one
+  /// part, not one of several (detail::gloo_post_ahead says why).
+  [[nodiscard]] bool post_ahead(int peer, std::size_t bytes, std::size_t elem) const noexcept {
+    return detail::gloo_post_ahead(*s_, peer, bytes, elem);
+  }
   /// Receives a collective message from `peer` and reduces it into `inout` (`inout = inout op
   /// message`) part by part as the parts arrive, at `wait`.
   [[nodiscard]] request irecv_reduce(int peer, std::span<std::byte> inout, const detail::call& c) {
