@@ -12,16 +12,22 @@
 #   bench/compare_gloo.sh [build-dir]        (default: build/release)
 #
 # Runs every algorithm ROUNDS times, the algorithms interleaved within each round so slow drift
-# on a noisy machine hits all alike; keeps each algorithm's best (lowest) time per size; prints a
-# markdown table per rank count: time in microseconds per size, and which of Gloo's own
-# algorithms was fastest next to the ratios tutti automatic / that best and automatic_tcp /
-# that best.
+# on a noisy machine hits all alike; keeps each algorithm's best (lowest) time per size, or its
+# median (STAT); prints a markdown table per rank count: time in microseconds per size, and
+# which of Gloo's own algorithms was fastest next to the ratios tutti automatic / that best and
+# automatic_tcp / that best.
 #
 # Environment:
 #   MINBYTES (4)  MAXBYTES (256M)   sizes, nccl-tests syntax (K/M/G)
 #   NPS ("2 4")                     rank counts
 #   ROUNDS (2)                      runs per algorithm and rank count
+#   ITERS (unset: ~0.2 s per size)  timed calls per size in every run (-n): a fixed count makes
+#                                   runs as long at every size and for every program
+#   STAT (best)                     best: each algorithm's lowest time per size over the rounds;
+#                                   median: its median (bench/runstats.py), which a program that
+#                                   is fast only now and then does not win
 #   ALGOS (all)                     space-separated subset of the names in the table
+#   OUTDIR (unset)                  keep the raw CSV of every run there (ALGO.NP.ROUND.csv)
 #   RUN_TIMEOUT (1800)              seconds allowed per run
 #   PRIO (unset)                    run every program under `chrt -f PRIO` (real-time FIFO, needs
 #                                   root or CAP_SYS_NICE): other work on the machine cannot
@@ -53,9 +59,18 @@ minbytes="${MINBYTES:-4}"
 maxbytes="${MAXBYTES:-256M}"
 nps="${NPS:-2 4}"
 rounds="${ROUNDS:-2}"
+iters="${ITERS:-}"
+stat="${STAT:-best}"
 run_timeout="${RUN_TIMEOUT:-1800}"
 read -r -a algos <<<"${ALGOS:-automatic automatic_tcp ring recursive_halving tree recursive_doubling native gloo_ring gloo_bcube gloo_ring_chunked gloo_halving_doubling}"
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer"
+[[ -z "$iters" || "$iters" =~ ^[1-9][0-9]*$ ]] || die "ITERS must be a positive integer"
+[[ "$stat" == best || "$stat" == median ]] || die "STAT must be best or median"
+[[ "$run_timeout" =~ ^[1-9][0-9]*$ ]] || die "RUN_TIMEOUT must be a positive number of seconds"
+for np in $nps; do
+  [[ "$np" =~ ^[1-9][0-9]*$ ]] || die "NPS must list positive integers, not '$np'"
+done
+((${#algos[@]} > 0)) || die "ALGOS is empty"
 prio=()
 if [[ -n "${PRIO:-}" ]]; then
   [[ "$PRIO" =~ ^[1-9][0-9]?$ ]] || die "PRIO must be a real-time priority, 1-99"
@@ -65,6 +80,9 @@ fi
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
+if [[ -n "${OUTDIR:-}" ]]; then
+  mkdir -p "$OUTDIR" || die "cannot create OUTDIR '$OUTDIR'"
+fi
 model="$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
 echo "# tutti over Gloo's TCP transport vs Gloo's own all_reduce, float sum, loopback"
 echo
@@ -72,8 +90,8 @@ echo "- date: $(date '+%Y-%m-%d %H:%M:%S %Z')"
 echo "- machine: ${model:-unknown CPU}, $(nproc) cores, $(uname -srm);" \
   "load average before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
 echo "- Gloo: Debian libgloo-dev $(dpkg-query -W -f='${Version}' libgloo-dev 2>/dev/null || echo '?')"
-echo "- tutti-bench / tutti-bench-gloo all_reduce --np NP --algo A -b $minbytes -e $maxbytes -a 3 --csv;" \
-  "best of $rounds interleaved runs${PRIO:+, under chrt -f $PRIO}"
+echo "- tutti-bench / tutti-bench-gloo all_reduce --np NP --algo A -b $minbytes -e $maxbytes -a 3 --csv${iters:+ -n $iters};" \
+  "$stat of $rounds interleaved runs${PRIO:+, under chrt -f $PRIO}"
 echo
 
 failed=0
@@ -91,6 +109,7 @@ for np in $nps; do
       else
         cmd=("$bin" all_reduce --transport gloo --algo "$a" --placement out-of-place)
       fi
+      [[ -z "$iters" ]] || cmd+=(-n "$iters")
       if timeout "$run_timeout" "${prio[@]}" "${cmd[@]}" --np "$np" -b "$minbytes" -e "$maxbytes" -a 3 --csv \
         >"$work/$a.$np.$round.csv" 2>"$work/err"; then
         printf 'ok (%ss)\n' "$((SECONDS - start))" >&2
@@ -99,34 +118,33 @@ for np in $nps; do
         printf 'FAILED\n' >&2
         tail -n 5 "$work/err" | sed 's/^/    | /' >&2
       fi
+      [[ -z "${OUTDIR:-}" ]] || cp "$work/$a.$np.$round.csv" "$OUTDIR/"
     done
   done
-  echo "## $np ranks: time per call (µs), best of $rounds"
+  echo "## $np ranks: time per call (µs), $stat of $rounds"
   echo
-  python3 - "$work" "$np" "${algos[@]}" <<'PY'
-import csv, glob, sys
-work, np, algos = sys.argv[1], sys.argv[2], sys.argv[3:]
-best = {}
+  python3 - "$repo/bench" "$work" "$np" "$stat" "${algos[@]}" <<'PY'
+import glob, sys
+sys.path.insert(0, sys.argv[1])
+import runstats
+work, np, stat, algos = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+runs = runstats.Runs()
 for a in algos:
-    for f in glob.glob(f"{work}/{a}.{np}.*.csv"):
-        for row in csv.reader(open(f)):
-            if len(row) != 7 or not row[2].isdigit():
-                continue
-            size, t = int(row[2]), float(row[3])
-            key = (a, size)
-            best[key] = min(best.get(key, t), t)
-sizes = sorted({s for (_, s) in best})
+    for f in sorted(glob.glob(f"{work}/{a}.{np}.*.csv")):
+        runs.add(a, f)
+best = runs.stat(stat)
+sizes = runs.sizes()
 gloo = [a for a in algos if a.startswith("gloo_")]
 ours = [a for a in ("automatic", "automatic_tcp") if a in algos]
-print("| bytes | " + " | ".join(algos) + " | best Gloo | " +
-      " | ".join(f"{a} / best Gloo" for a in ours) + " |")
+heads = list(algos) + ["best Gloo"] + [f"{a} / best Gloo" for a in ours]
+print("| bytes | " + " | ".join(heads) + " |")
 print("|---:|" + "---:|" * len(algos) + "---|" + "---:|" * len(ours))
 for s in sizes:
     cells = [f"{best[(a, s)]:.1f}" if (a, s) in best else "–" for a in algos]
     g = min(((best[(a, s)], a) for a in gloo if (a, s) in best), default=None)
-    name = g[1] if g else "–"
-    ratios = [f"{best[(a, s)] / g[0]:.2f}" if g and (a, s) in best else "–" for a in ours]
-    print(f"| {s} | " + " | ".join(cells) + f" | {name} | " + " | ".join(ratios) + " |")
+    cells.append(g[1] if g else "–")
+    cells += [f"{best[(a, s)] / g[0]:.2f}" if g and (a, s) in best else "–" for a in ours]
+    print(f"| {s} | " + " | ".join(cells) + " |")
 print()
 PY
 done

@@ -6,7 +6,8 @@
 #
 # For each rank count, runs tutti-bench all_reduce (shm) and tutti-bench-mpi ROUNDS times each,
 # interleaved A B B A ... so slow drift on a noisy machine hits both sides alike, keeps each
-# side's best (lowest) time per size, and prints a markdown table per rank count.
+# side's best (lowest) time per size, or its median (STAT), and prints a markdown table per rank
+# count.
 # Both measure out of place, time = the slowest rank's mean per call (-a 3).
 # MPI runs as: mpirun -np NP --oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader
 # (pml ob1 because Debian's Open MPI also has UCX, whose pml would bypass the BTLs).
@@ -15,8 +16,11 @@
 #   MINBYTES (4)  MAXBYTES (256M)  sizes, nccl-tests syntax (K/M/G)
 #   NPS ("2 4")                    rank counts
 #   ROUNDS (2)                     runs per program and rank count
+#   ITERS (unset: ~0.2 s per size) timed calls per size in every run of both programs (-n)
+#   STAT (best)                    best: each side's lowest time per size over the rounds;
+#                                  median: its median (bench/runstats.py)
 #   ALGO (automatic)               tutti algorithm (tutti-bench --algo)
-#   BENCH_ARGS ("")                extra flags for both programs, e.g. "-n 100 -w 10"
+#   BENCH_ARGS ("")                extra flags for both programs, e.g. "-w 10 -d double"
 #   RUN_TIMEOUT (1800)             seconds allowed per run
 #   OUTDIR (unset)                 keep the raw CSV of every run there
 # Exit status: 0; 1 if a program reported wrong results or failed; 2 on a usage/setup error.
@@ -54,10 +58,15 @@ minbytes="${MINBYTES:-4}"
 maxbytes="${MAXBYTES:-256M}"
 nps="${NPS:-2 4}"
 rounds="${ROUNDS:-2}"
+iters="${ITERS:-}"
+stat="${STAT:-best}"
 algo="${ALGO:-automatic}"
 run_timeout="${RUN_TIMEOUT:-1800}"
 read -r -a extra <<<"${BENCH_ARGS:-}"
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer, not '$rounds'"
+[[ -z "$iters" || "$iters" =~ ^[1-9][0-9]*$ ]] || die "ITERS must be a positive integer"
+[[ "$stat" == best || "$stat" == median ]] || die "STAT must be best or median"
+[[ -z "$iters" ]] || extra=(-n "$iters" "${extra[@]}")
 [[ "$run_timeout" =~ ^[1-9][0-9]*$ ]] || die "RUN_TIMEOUT must be a positive integer"
 for np in $nps; do
   [[ "$np" =~ ^[1-9][0-9]*$ ]] || die "NPS must list positive integers, not '$np'"
@@ -89,7 +98,7 @@ echo "- machine: ${model:-unknown CPU}, $(nproc) cores, $(uname -srm);" \
 echo "- MPI: $(ompi_info --version 2>/dev/null | head -n1 || echo 'ompi_info not found')," \
   "mpirun -np NP ${mpirun_args[*]}"
 echo "- tutti: $shm_bin all_reduce --np NP --algo $algo --placement out-of-place -a 3"
-echo "- sizes $minbytes..$maxbytes, runs per side: ${rounds} (interleaved), best time per size;" \
+echo "- sizes $minbytes..$maxbytes${iters:+, $iters calls per size}, runs per side: ${rounds} (interleaved), $stat time per size;" \
   "extra args: '${BENCH_ARGS:-}'"
 echo
 
@@ -140,43 +149,50 @@ for np in $nps; do
   done
 done
 
-# Merge: per side and size, the best time (its busbw goes with it) and the most wrong elements.
+# Merge: per side and size, the time STAT names (its busbw goes with it) and the most wrong
+# elements.
 for np in $nps; do
   echo "## $np ranks"
   echo
-  cat "$work"/tutti."$np".*.csv "$work"/mpi."$np".*.csv 2>/dev/null | awk -F, '
-    function human(b) {
-      if (b >= 1073741824 && b % 1073741824 == 0) return b / 1073741824 " GiB"
-      if (b >= 1048576 && b % 1048576 == 0) return b / 1048576 " MiB"
-      if (b >= 1024 && b % 1024 == 0) return b / 1024 " KiB"
-      return b " B"
-    }
-    function t(x) { return x >= 100 ? sprintf("%.0f", x) : x >= 10 ? sprintf("%.1f", x) : sprintf("%.2f", x) }
-    $1 == "impl" || NF != 7 { next }
-    {
-      side = ($1 == "mpi") ? "m" : "t"
-      key = side SUBSEP $3
-      if (!($3 in seen)) { seen[$3] = 1; sizes[++n] = $3 + 0 }
-      if (!(key in best) || $4 + 0 < best[key]) { best[key] = $4 + 0; bw[key] = $6 + 0 }
-      if ($7 + 0 > wrong[key] + 0) wrong[key] = $7 + 0
-    }
-    END {
-      if (n == 0) { print "(no results)"; exit }
-      # sizes in ascending order (insertion sort; a few dozen rows)
-      for (i = 2; i <= n; ++i) { v = sizes[i]; for (j = i - 1; j >= 1 && sizes[j] > v; --j) sizes[j + 1] = sizes[j]; sizes[j + 1] = v }
-      print "| size | tutti time (us) | MPI time (us) | tutti busbw (GB/s) | MPI busbw (GB/s) | speedup (MPI/tutti) |"
-      print "|---:|---:|---:|---:|---:|---:|"
-      for (i = 1; i <= n; ++i) {
-        s = sizes[i]; kt = "t" SUBSEP s; km = "m" SUBSEP s
-        tt = (kt in best) ? t(best[kt]) : "-"; tm = (km in best) ? t(best[km]) : "-"
-        bt = (kt in best) ? sprintf("%.3g", bw[kt]) : "-"; bm = (km in best) ? sprintf("%.3g", bw[km]) : "-"
-        sp = (kt in best && km in best && best[kt] > 0) ? sprintf("%.2fx", best[km] / best[kt]) : "-"
-        note = ""
-        if (wrong[kt] + 0 > 0) note = note " (tutti: " wrong[kt] " wrong)"
-        if (wrong[km] + 0 > 0) note = note " (MPI: " wrong[km] " wrong)"
-        printf "| %s | %s | %s | %s | %s | %s%s |\n", human(s), tt, tm, bt, bm, sp, note
-      }
-    }'
+  python3 - "$repo/bench" "$work" "$np" "$stat" <<'PY'
+import glob, sys
+sys.path.insert(0, sys.argv[1])
+import runstats
+work, np, stat = sys.argv[2], sys.argv[3], sys.argv[4]
+runs = runstats.Runs()
+for side in ("tutti", "mpi"):
+    for f in sorted(glob.glob(f"{work}/{side}.{np}.*.csv")):
+        runs.add(side, f)
+if not runs.times:
+    print("(no results)")
+    sys.exit(0)
+chosen = runs.stat(stat)
+wrong = {}
+for side, _, size, n in runs.wrong:
+    wrong[(side, size)] = max(wrong.get((side, size), 0), n)
+
+def human(b):
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= k and b % k == 0:
+            return f"{b // k} {unit}"
+    return f"{b} B"
+
+def t(x):
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
+
+print("| size | tutti time (us) | MPI time (us) | tutti busbw (GB/s) | MPI busbw (GB/s) | speedup (MPI/tutti) |")
+print("|---:|---:|---:|---:|---:|---:|")
+for s in runs.sizes():
+    kt, km = ("tutti", s), ("mpi", s)
+    tt = t(chosen[kt]) if kt in chosen else "-"
+    tm = t(chosen[km]) if km in chosen else "-"
+    bt = f"{runs.busbw(kt, chosen[kt]):.3g}" if kt in chosen else "-"
+    bm = f"{runs.busbw(km, chosen[km]):.3g}" if km in chosen else "-"
+    sp = f"{chosen[km] / chosen[kt]:.2f}x" if kt in chosen and km in chosen and chosen[kt] > 0 else "-"
+    note = "".join(f" ({who}: {wrong[(side, s)]} wrong)" for side, who in (("tutti", "tutti"), ("mpi", "MPI"))
+                   if (side, s) in wrong)
+    print(f"| {human(s)} | {tt} | {tm} | {bt} | {bm} | {sp}{note} |")
+PY
   echo
 done
 

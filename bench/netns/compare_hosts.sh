@@ -418,24 +418,20 @@ done
   echo
 } | tee -a "$out/summary.md"
 calls="${cpu:+$((iters + 5))}" # CPU=1: the calls each run makes (tutti-bench's 5 warm-up ones)
-python3 - "$out" "$stat" "$calls" "${algos[@]}" <<'PY' | tee -a "$out/summary.md" || failed=1
-import csv, glob, statistics, sys
-out, stat, calls, algos = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+python3 - "$repo/bench" "$out" "$stat" "$calls" "${algos[@]}" <<'PY' | tee -a "$out/summary.md" || failed=1
+import glob, statistics, sys
+sys.path.insert(0, sys.argv[1])
+import runstats
+out, stat, calls, algos = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 FLAT = ("ring", "tree", "recursive_halving", "recursive_doubling", "bruck", "direct")
 base = lambda a: a.split("@")[0]
-times, wrong = {}, []
+runs = runstats.Runs()
 for a in algos:
     for f in sorted(glob.glob(f"{out}/{a}.r*.csv")):
-        for row in csv.reader(open(f)):
-            if len(row) != 7 or not row[2].isdigit():
-                continue
-            size, t = int(row[2]), float(row[3])
-            if row[6] not in ("0", ""):
-                wrong.append(f"{f}: {row[6]} wrong elements at {size} B")
-            times.setdefault((a, size), []).append(t)
-pick = min if stat == "best" else statistics.median
-best = {k: pick(v) for k, v in times.items()}  # the statistic STAT names
-sizes = sorted({s for (_, s) in best})
+        runs.add(a, f)
+wrong = [f"{f}: {n} wrong elements at {size} B" for (_, f, size, n) in runs.wrong]
+best = runs.stat(stat)  # the statistic STAT names
+sizes = runs.sizes()
 gloo = [a for a in algos if a.startswith("gloo_")]
 flat = [a for a in algos if base(a) in FLAT]
 others = [a for a in algos if base(a) not in FLAT and not a.startswith("gloo_") and base(a) != "native"]
