@@ -27,23 +27,11 @@ fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-failures=0
-pass() { printf 'ok   %s\n' "$*"; }
-bad() {
-  printf 'FAIL %s\n' "$*"
-  failures=$((failures + 1))
-}
+# shellcheck source=bench/selftest_lib.sh
+source "$here/selftest_lib.sh"
 
-for bad_env in "ITERS=0:ITERS must be a positive integer" "STAT=mean:STAT must be best or median"; do
-  setting="${bad_env%%:*}" message="${bad_env#*:}"
-  st=0
-  env "$setting" NPS=2 MINBYTES=4K MAXBYTES=8K bash "$script" "$build" >"$work/out" 2>&1 || st=$?
-  if ((st == 2)) && grep -qxF "compare_$which.sh: $message" "$work/out"; then
-    pass "$setting refused (exit 2)"
-  else
-    bad "$setting: exit $st, said: $(head -c 300 "$work/out")"
-  fi
-done
+refuses "$script" ITERS=0 "ITERS must be a positive integer" "$build"
+refuses "$script" STAT=mean "STAT must be best or median" "$build"
 
 st=0
 NPS=2 MINBYTES=4K MAXBYTES=16K ROUNDS=3 ITERS=3 STAT=median ALGOS="ring gloo_ring" \
@@ -96,8 +84,4 @@ for s in sizes:
 sys.exit(0 if ok else 1)
 PY
 
-((failures == 0)) || {
-  echo "compare_selftest ($which): $failures check(s) failed"
-  exit 1
-}
-echo "compare_selftest ($which): passed"
+verdict "compare_selftest ($which)"

@@ -25,12 +25,8 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 
-failures=0
-pass() { printf 'ok   %s\n' "$*"; }
-bad() {
-  printf 'FAIL %s\n' "$*"
-  failures=$((failures + 1))
-}
+# shellcheck source=bench/selftest_lib.sh
+source "$here/selftest_lib.sh"
 
 # --- synthetic input --------------------------------------------------------------------------
 # Three files, three implementations; rows from a simple latency + size/bandwidth model.
@@ -204,8 +200,4 @@ else
 fi
 [[ ! -e e.png ]] || bad "an error case wrote e.png"
 
-if ((failures)); then
-  echo "plot_selftest: $failures check(s) FAILED"
-  exit 1
-fi
-echo "plot_selftest: all checks passed"
+verdict plot_selftest

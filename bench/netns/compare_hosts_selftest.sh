@@ -17,26 +17,16 @@ bin_dir="${1:?usage: compare_hosts_selftest.sh BIN_DIR}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-failures=0
-pass() { printf 'ok   %s\n' "$*"; }
-bad() {
-  printf 'FAIL %s\n' "$*"
-  failures=$((failures + 1))
-}
+# shellcheck source=bench/selftest_lib.sh
+source "$here/../selftest_lib.sh"
 
 # Usage errors come before anything is made, root or not.
-for bad_env in "ITERS=0:ITERS must be a positive integer" "STAT=mean:STAT must be best or median" \
-  "CPU=1:CPU=1 needs ITERS and one size (MINBYTES = MAXBYTES): CPU time is counted per run"; do
-  setting="${bad_env%%:*}" message="${bad_env#*:}"
-  st=0
-  env "$setting" MINBYTES=4K MAXBYTES=8K BIN_DIR="$bin_dir" bash "$here/compare_hosts.sh" \
-    >"$work/out" 2>&1 || st=$?
-  if ((st == 2)) && grep -qxF "compare_hosts.sh: $message" "$work/out"; then
-    pass "$setting refused (exit 2)"
-  else
-    bad "$setting: exit $st, said: $(head -c 300 "$work/out")"
-  fi
-done
+export MINBYTES=4K MAXBYTES=8K BIN_DIR="$bin_dir"
+refuses "$here/compare_hosts.sh" ITERS=0 "ITERS must be a positive integer"
+refuses "$here/compare_hosts.sh" STAT=mean "STAT must be best or median"
+refuses "$here/compare_hosts.sh" CPU=1 \
+  "CPU=1 needs ITERS and one size (MINBYTES = MAXBYTES): CPU time is counted per run"
+unset MINBYTES MAXBYTES BIN_DIR
 
 st=0
 HOSTS=2 RANKS_PER_HOST=1 MINBYTES=4K MAXBYTES=16K ROUNDS=3 ITERS=3 STAT=median \
@@ -52,8 +42,11 @@ if ((st != 0)); then
   exit 1
 fi
 pass "compare_hosts.sh ran (exit 0)"
-grep -qF "time per call (µs), median of 3" "$work/table" && pass "table of medians" ||
+if grep -qF "time per call (µs), median of 3" "$work/table"; then
+  pass "table of medians"
+else
   bad "no 'median of 3' heading"
+fi
 
 python3 - "$work/table" "$work/run" <<'PY' || failures=$((failures + 1))
 import csv, statistics, sys
@@ -114,8 +107,4 @@ sys.exit(0 if ok else 1)
 PY
 fi
 
-((failures == 0)) || {
-  echo "compare_hosts_selftest: $failures check(s) failed"
-  exit 1
-}
-echo "compare_hosts_selftest: passed"
+verdict compare_hosts_selftest
