@@ -79,7 +79,7 @@ struct recursive_halving {
       std::vector<std::optional<typename Ctx::request>> gathers;
       const auto steps = detail::halving_reduce_scatter(
           c, out, goff, f, detail::halving_order::nearest_first, &gathers);
-      detail::mirror_all_gather(c, out, goff, steps, &gathers);
+      detail::mirror_all_gather(c, out, goff, steps, gathers);
     }
     detail::fold_out(c, out, bytes, f);
   }

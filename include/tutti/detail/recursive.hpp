@@ -92,22 +92,22 @@ std::vector<halving_step> halving_reduce_scatter(
 
 /// The all-gather that mirrors `steps` (halving_reduce_scatter's), last step first:
 /// each rank sends the range it kept, now complete, and receives the range it sent — into the
-/// receives in `gathers` where halving_reduce_scatter posted them.
+/// receive in `gathers` where halving_reduce_scatter posted one, else as a plain exchange.
 template <class Ctx>
 void mirror_all_gather(Ctx& c, std::byte* buf, std::span<const std::size_t> goff,
                        const std::vector<halving_step>& steps,
-                       std::vector<std::optional<typename Ctx::request>>* gathers = nullptr) {
+                       std::vector<std::optional<typename Ctx::request>>& gathers) {
   for (std::size_t i = steps.size(); i-- > 0;) {
     const halving_step& st = steps[i];
     const auto sl = static_cast<std::size_t>(st.send_lo), sh = static_cast<std::size_t>(st.send_hi);
     const auto kl = static_cast<std::size_t>(st.keep_lo), kh = static_cast<std::size_t>(st.keep_hi);
-    if (gathers == nullptr || !(*gathers)[i]) {
+    if (!gathers[i]) {
       c.sendrecv(st.partner, buf + goff[kl], goff[kh] - goff[kl], st.partner, buf + goff[sl],
                  goff[sh] - goff[sl]);
       continue;
     }
     auto sr = c.isend(st.partner, buf + goff[kl], goff[kh] - goff[kl]);
-    c.wait(*(*gathers)[i]);
+    c.wait(*gathers[i]);
     c.wait(sr);
   }
 }
