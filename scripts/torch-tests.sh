@@ -33,15 +33,30 @@ step_collectives_gloo() {
   run "collectives against gloo, 2-3 ranks, over gloo" \
     env TUTTI_TORCH_TRANSPORT=gloo TUTTI_TORCH_SIZES=2,3 "$py" tests/torch/test_collectives.py
 }
+# Two hosts on one machine (TUTTI_TORCH_HOSTS: each rank's TUTTI_HOST, tests/torch/harness.py):
+# a group with several ranks on a host runs over tutti::cluster.
+step_collectives_cluster() {
+  run "collectives against gloo, 3-4 ranks on 2 simulated hosts, over cluster" \
+    env TUTTI_TORCH_HOSTS=2 TUTTI_TORCH_SIZES=3,4 "$py" tests/torch/test_collectives.py
+}
 step_ddp() { run "DDP against gloo, 2-4 ranks" "$py" tests/torch/test_ddp.py; }
+step_ddp_cluster() {
+  run "DDP against gloo, 4 ranks on 2 simulated hosts, over cluster" \
+    env TUTTI_TORCH_HOSTS=2 TUTTI_TORCH_SIZES=4 "$py" tests/torch/test_ddp.py
+}
 step_faults_shm() { run "faults over shm" "$py" tests/torch/test_faults.py; }
 step_faults_gloo() {
   run "faults over gloo" env TUTTI_TORCH_TRANSPORT=gloo "$py" tests/torch/test_faults.py
 }
+step_faults_cluster() {
+  run "faults, 4 ranks on 2 simulated hosts, over cluster" \
+    env TUTTI_TORCH_HOSTS=2 TUTTI_TORCH_SIZES=4 "$py" tests/torch/test_faults.py
+}
 step_tutorials() { run "tutorials under torchrun and tcp://" bash tests/torch/test_tutorials.sh "$py"; }
 # tutti's C++ side of torch: torch_tcp_store against torch's own TCPStore servers, a tutti::gloo
 # program under two torchrun agents (--nnodes=2), and examples/all_reduce (tutti::shm) under
-# torchrun; all through the agent's store. Built in build/release where the release preset
+# torchrun; all through the agent's store. Then bench/netns/compare_hosts.sh's torch entries
+# (its self-test, with tutti-bench from the same tree). Built in build/release where the release preset
 # has configured it (as scripts/run-tests.sh has before the torch preset: its objects are
 # reused, and configuring it with torch's Python only adds these targets), else in
 # build/torch-cpp.
@@ -51,7 +66,7 @@ cpp_build() {
   cmake --preset release -B "$cpp" -DTUTTI_TORCH_PYTHON="$py" \
     -DTUTTI_TORCHRUN="$(dirname "$py")/torchrun" >/dev/null &&
     cmake --build "$cpp" -j"$(tutti_nproc)" \
-      --target test_torch_store agent_store_prog example_all_reduce
+      --target test_torch_store agent_store_prog example_all_reduce tutti-bench tutti-bench-gloo
 }
 step_cpp() {
   run "build the C++ torch tests ($cpp)" cpp_build
@@ -61,8 +76,12 @@ step_cpp() {
   run "torchrun --nnodes=2 across two network namespaces: the DDP tutorial and a C++ program" \
     bash -c 'bash tests/torch/test_two_nodes.sh "$1" "$2"; rc=$?; ((rc == 77)) && rc=0; exit $rc' \
     _ "$py" "$cpp/tests/agent_store_prog"
+  run "compare_hosts.sh's torch entries: torch.distributed on tutti and gloo across 2 x 2 namespaces" \
+    bash -c 'bash bench/netns/compare_hosts_selftest.sh "$1" "$2"; rc=$?; ((rc == 77)) && rc=0; exit $rc' \
+    _ "$cpp/bench" "$py"
 }
-lanes=("collectives_shm collectives_gloo ddp tutorials" "faults_shm faults_gloo cpp")
+lanes=("collectives_shm collectives_gloo collectives_cluster ddp tutorials faults_cluster"
+  "faults_shm faults_gloo ddp_cluster cpp")
 run_lane() {  # run_lane "STEP...": the steps in order
   local step
   for step in $1; do "step_$step"; done

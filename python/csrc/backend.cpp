@@ -20,7 +20,19 @@ namespace {
   if (s.empty() || s == "auto") return transport_choice::automatic;
   if (s == "shm") return transport_choice::shm;
   if (s == "gloo") return transport_choice::gloo;
-  TORCH_CHECK(false, "tutti: TUTTI_TORCH_TRANSPORT='", s, "' is not one of auto, shm, gloo");
+  if (s == "cluster") return transport_choice::cluster;
+  TORCH_CHECK(false, "tutti: TUTTI_TORCH_TRANSPORT='", s,
+              "' is not one of auto, shm, gloo, cluster");
+}
+
+/// What automatic picks for ranks on `hosts` (each rank's host identity): shm on one host;
+/// across hosts, cluster (shared memory inside each host, Gloo's TCP between them, and the
+/// hierarchical schedules automatic weighs) where a host has several of the group's ranks, else
+/// gloo (one rank per host: nothing to keep inside a host).
+[[nodiscard]] transport_choice pick_transport(const std::vector<std::string>& hosts) {
+  const std::set<std::string> distinct(hosts.begin(), hosts.end());
+  if (distinct.size() == 1) return transport_choice::shm;
+  return distinct.size() < hosts.size() ? transport_choice::cluster : transport_choice::gloo;
 }
 
 void check_same(const at::Tensor& a, const at::Tensor& b, const char* call) {
@@ -106,9 +118,9 @@ backend::backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int siz
     TORCH_CHECK(other < 0, "tutti: TUTTI_TORCH_TRANSPORT=shm needs every rank on one host, but ",
                 "rank 0 runs on ", hosts_[0], " and rank ", other, " on ",
                 hosts_[static_cast<std::size_t>(other)]);
-  shm_ = choice_ == transport_choice::shm || (choice_ == transport_choice::automatic && other < 0);
+  over_ = choice_ == transport_choice::automatic ? pick_transport(hosts_) : choice_;
   try {
-    comm_ = join("tutti/world", rank, size, shm_);
+    comm_ = join("tutti/world", rank, size, over_);
   } catch (const tutti::error& e) {
     C10_THROW_ERROR(DistBackendError, std::string("tutti: joining the group failed: ") + e.what());
   }
@@ -148,13 +160,22 @@ void backend::shutdown_all() {
   for (backend* b : registry()) b->shutdown();
 }
 
-std::string backend::transport_name() const { return shm_ ? "shm" : "gloo"; }
+std::string backend::transport_name() const {
+  switch (over_) {
+    case transport_choice::shm:
+      return "shm";
+    case transport_choice::cluster:
+      return "cluster";
+    default:
+      return "gloo";
+  }
+}
 
-std::unique_ptr<any_comm> backend::join(const std::string& key, int rank, int size, bool shm,
-                                        bool unbounded) const {
+std::unique_ptr<any_comm> backend::join(const std::string& key, int rank, int size,
+                                        transport_choice over, bool unbounded) const {
   tutti::options calls = opts_;
   if (unbounded) calls.timeout = std::chrono::hours(24 * 365);
-  if (shm) {
+  if (over == transport_choice::shm) {
     tutti::shm t = tutti::shm::join(
         rank, size, [&](const std::string& name) { tstore_->set_string(key, name); },
         [&] { return tstore_->get_string(key, opts_.timeout); }, opts_);
@@ -165,6 +186,9 @@ std::unique_ptr<any_comm> backend::join(const std::string& key, int rank, int si
   const char* port = std::getenv("MASTER_PORT");
   tutti::gloo t = tutti::gloo::connect(tstore_, key, rank, size, host ? host : "",
                                        port ? std::atoi(port) : -1, opts_);
+  if (over == transport_choice::cluster)
+    return std::make_unique<any_comm>(std::in_place_type<cluster_comm>,
+                                      tutti::cluster(std::move(t), opts_), calls);
   return std::make_unique<any_comm>(std::in_place_type<gloo_comm>, std::move(t), calls);
 }
 

@@ -30,6 +30,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <tutti/communicator.hpp>
+#include <tutti/transport/cluster.hpp>
 #include <tutti/transport/gloo.hpp>
 #include <tutti/transport/shm.hpp>
 
@@ -40,7 +41,8 @@ namespace tutti_torch {
 
 using shm_comm = tutti::communicator<tutti::shm>;
 using gloo_comm = tutti::communicator<tutti::gloo>;
-using any_comm = std::variant<shm_comm, gloo_comm>;
+using cluster_comm = tutti::communicator<tutti::cluster>;
+using any_comm = std::variant<shm_comm, gloo_comm, cluster_comm>;
 
 /// Calls f(comm, type_tag<T>{}) with the communicator `c` holds and the element type of `type`.
 template <class F>
@@ -50,8 +52,8 @@ void visit_typed(any_comm& c, at::ScalarType type, F&& f) {
       c);
 }
 
-/// Which transport a group runs over (TUTTI_TORCH_TRANSPORT).
-enum class transport_choice { automatic, shm, gloo };
+/// Which transport a group runs over (TUTTI_TORCH_TRANSPORT), or how it is chosen (automatic).
+enum class transport_choice { automatic, shm, gloo, cluster };
 
 class backend final : public c10d::Backend {
  public:
@@ -60,7 +62,7 @@ class backend final : public c10d::Backend {
   ~backend() override;
 
   const std::string getBackendName() const override { return "tutti"; }
-  /// "shm" or "gloo": what this group's collectives run over.
+  /// "shm", "gloo" or "cluster": what this group's collectives run over.
   [[nodiscard]] std::string transport_name() const;
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
@@ -160,8 +162,8 @@ class backend final : public c10d::Backend {
                                 std::vector<at::Tensor> outputs, std::function<void()> fn);
   /// Joins the world `key` names. `unbounded`: its calls have no deadline of their own (the
   /// caller bounds its waits: a lane's receive of envelopes stays posted between calls).
-  [[nodiscard]] std::unique_ptr<any_comm> join(const std::string& key, int rank, int size, bool shm,
-                                               bool unbounded = false) const;
+  [[nodiscard]] std::unique_ptr<any_comm> join(const std::string& key, int rank, int size,
+                                               transport_choice over, bool unbounded = false) const;
   lane& lane_to(int peer, bool sending);
   [[nodiscard]] lane* find_lane(int peer, bool sending);
   [[nodiscard]] std::string lane_key(int src, int dst) const;
@@ -192,7 +194,7 @@ class backend final : public c10d::Backend {
   tutti::options opts_;
   transport_choice choice_;
   std::vector<std::string> hosts_;  // each rank's host_identity()
-  bool shm_ = false;                // the group's collectives run over tutti::shm
+  transport_choice over_{};         // what the group's collectives run over (never automatic)
   std::unique_ptr<any_comm> comm_;
   uint64_t seq_ = 0;
   uint64_t monitored_ = 0;  // monitored barriers so far

@@ -102,9 +102,12 @@ backend::lane& backend::lane_to(int peer, bool sending) {
     l->peer = peer;
     const int src = sending ? getRank() : peer;
     const int dst = sending ? peer : getRank();
+    // Two ranks on one host meet over shm unless gloo was asked for (a group over shm is on
+    // one host); two on different hosts over gloo.
+    const bool same_host =
+        hosts_[static_cast<std::size_t>(src)] == hosts_[static_cast<std::size_t>(dst)];
     const bool shm =
-        shm_ || (choice_ == transport_choice::automatic &&
-                 hosts_[static_cast<std::size_t>(src)] == hosts_[static_cast<std::size_t>(dst)]);
+        over_ == transport_choice::shm || (choice_ != transport_choice::gloo && same_host);
     lane* raw = l.get();
     // The two-rank world is joined on the lane's own thread, as its first job: the caller
     // never waits for the peer to post its first message.
@@ -112,7 +115,8 @@ backend::lane& backend::lane_to(int peer, bool sending) {
       const std::string key = lane_key(src, dst);
       // Tells the receiver's watcher (receives from any rank) that messages are coming.
       if (sending && envelopes_) store_->set(key + "/open", std::vector<uint8_t>{1});
-      raw->comm = join(key, sending ? 0 : 1, 2, shm, envelopes_);
+      raw->comm = join(key, sending ? 0 : 1, 2,
+                       shm ? transport_choice::shm : transport_choice::gloo, envelopes_);
     });
   }
   return *l;

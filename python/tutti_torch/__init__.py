@@ -30,6 +30,7 @@ atexit.register(_C.shutdown_all)
 
 
 def transport(group=None):
-    """``"shm"`` or ``"gloo"``: what the tutti backend of ``group`` (default: the world) runs over."""
+    """``"shm"``, ``"gloo"`` or ``"cluster"``: what the tutti backend of ``group`` (default: the
+    world) runs over."""
     pg = group if group is not None else dist.group.WORLD
     return _C.transport(pg._get_backend(torch.device("cpu")))

@@ -14,8 +14,31 @@ import torch.multiprocessing as mp
 HANG_LIMIT_S = float(os.environ.get("TUTTI_TORCH_TEST_LIMIT_S", "600"))
 
 
+def simulate_host(rank, size):
+    """With TUTTI_TORCH_HOSTS=H, places this rank on one of H simulated hosts (TUTTI_HOST,
+    blocks of consecutive ranks: rank * H // size), so one machine runs a group across hosts.
+    Call before init_process_group."""
+    if os.environ.get("TUTTI_TORCH_HOSTS"):
+        os.environ["TUTTI_HOST"] = f"sim{rank * int(os.environ['TUTTI_TORCH_HOSTS']) // size}"
+
+
+def expected_transport(ranks, size):
+    """What the tutti backend runs a group of `ranks` (of a world of `size`) over, by
+    TUTTI_TORCH_TRANSPORT and the hosts simulate_host gives: shm on one host; across hosts,
+    cluster where a host has several of the group's ranks, else gloo."""
+    want = os.environ.get("TUTTI_TORCH_TRANSPORT", "auto")
+    if want != "auto":
+        return want
+    h = int(os.environ.get("TUTTI_TORCH_HOSTS", "1"))
+    hosts = [r * h // size for r in ranks]
+    if len(set(hosts)) == 1:
+        return "shm"
+    return "cluster" if len(set(hosts)) < len(hosts) else "gloo"
+
+
 def _entry(rank, fn, size, init, args):
     try:
+        simulate_host(rank, size)
         fn(rank, size, init, *args)
     except BaseException:
         traceback.print_exc()
@@ -46,11 +69,16 @@ def check(cond, what):
         raise AssertionError(what)
 
 
+def world_sizes(sizes):
+    """`sizes`, or TUTTI_TORCH_SIZES (comma-separated) where set."""
+    if os.environ.get("TUTTI_TORCH_SIZES"):
+        return [int(s) for s in os.environ["TUTTI_TORCH_SIZES"].split(",")]
+    return sizes
+
+
 def main(tests, sizes):
     """Runs each test at each world size in `sizes`; TUTTI_TORCH_SIZES overrides."""
-    if os.environ.get("TUTTI_TORCH_SIZES"):
-        sizes = [int(s) for s in os.environ["TUTTI_TORCH_SIZES"].split(",")]
-    for size in sizes:
+    for size in world_sizes(sizes):
         for t in tests:
             start = time.monotonic()
             spawn(t, size)

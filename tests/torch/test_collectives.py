@@ -355,11 +355,17 @@ def groups(rank, size, gloo):
     u = torch.tensor([rank], dtype=torch.int64)
     dist.all_reduce(u, group=sub)
     step = 1 if size % 2 else min(2, size)
-    harness.check(u.item() == sum(range(rank - rank % step, rank - rank % step + step)),
+    first = rank - rank % step
+    harness.check(u.item() == sum(range(first, first + step)),
                   f"all_reduce on new_subgroups: {u.item()}")
-    want = os.environ.get("TUTTI_TORCH_TRANSPORT", "auto")
-    harness.check(tutti_torch.transport() == ("shm" if want == "auto" else want),
-                  f"one host: the world runs over shm unless told ({tutti_torch.transport()})")
+    # What each group runs over: shm on one (simulated) host, cluster across hosts where a
+    # host has several of the group's ranks, else gloo (or what TUTTI_TORCH_TRANSPORT says).
+    for what, g, ranks in (("world", None, range(size)),
+                           ("new_group", mine, range(rank % 2, size, 2)),
+                           ("new_subgroups", sub, range(first, first + step))):
+        want = harness.expected_transport(list(ranks), size)
+        harness.check(tutti_torch.transport(g) == want,
+                      f"{what} runs over {tutti_torch.transport(g)}, not {want}")
 
 
 def mesh(rank, size, gloo):
@@ -378,6 +384,11 @@ def mesh(rank, size, gloo):
     harness.check((m.get_local_rank("dp"), m.get_local_rank("tp")) == (dp, tp),
                   "mesh local ranks")
     harness.check(dist.get_backend(m.get_group("tp")) == "tutti", "the mesh's groups are tutti's")
+    for dim, ranks in (("tp", [2 * dp, 2 * dp + 1]), ("dp", list(range(tp, size, 2)))):
+        want = harness.expected_transport(ranks, size)
+        harness.check(tutti_torch.transport(m.get_group(dim)) == want,
+                      f"the mesh's {dim} group runs over {tutti_torch.transport(m.get_group(dim))}"
+                      f", not {want}")
     t = torch.tensor([rank + 1], dtype=torch.int64)
     dist.all_reduce(t, group=m.get_group("tp"))  # ranks 2dp and 2dp + 1
     harness.check(t.item() == 4 * dp + 3, f"all_reduce along tp: {t.item()}")

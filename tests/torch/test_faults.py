@@ -2,7 +2,7 @@
 raise (naming it) instead of hanging until the process group's timeout; mismatched calls raise
 on every rank, naming both sides; the group's timeout and Work.wait(timeout) bound waits.
 
-    python tests/torch/test_faults.py
+    python tests/torch/test_faults.py     # world sizes 2-3 (TUTTI_TORCH_SIZES=4)
 """
 
 import os
@@ -29,6 +29,7 @@ VICTIM_STEP = 3
 
 
 def killed_mid_training(rank, size, init, q):
+    harness.simulate_host(rank, size)
     import datetime
     dist.init_process_group("tutti", init_method=init, rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=PG_TIMEOUT_S))
@@ -53,6 +54,7 @@ def killed_mid_training(rank, size, init, q):
 def killed_while_received_from_any(rank, size, init, q):
     """The last rank sends every other rank one message and dies; their next receive from any
     rank raises, naming it."""
+    harness.simulate_host(rank, size)
     import datetime
     dist.init_process_group("tutti", init_method=init, rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=PG_TIMEOUT_S))
@@ -240,7 +242,7 @@ def timeouts(rank, size, init):
 
 if __name__ == "__main__":
     try:
-        for size in (2, 3):
+        for size in harness.world_sizes([2, 3]):
             start = time.monotonic()
             test_killed_rank(size)
             print(f"ok   killed rank at {size} ranks ({time.monotonic() - start:.1f} s)",

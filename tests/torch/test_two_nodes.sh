@@ -2,7 +2,8 @@
 # torchrun --nnodes=2 across two "hosts": two network namespaces joined by a veth pair, each
 # running a torchrun agent with 2 ranks (node 0's agent serves the store). The DDP tutorial
 # program (tutorials/ddp_sampler.py) trains on gloo and on tutti; tutti must run over
-# tutti::gloo (the ranks span hosts) and end within 1e-6 relative of gloo's checksum. With
+# tutti::cluster (the ranks span hosts, two on each: shared memory inside a host, TCP between
+# them) and end within 1e-6 relative of gloo's checksum. With
 # PROGRAM (tests/torch/agent_store_prog), the same C++ binary runs under torchrun --no-python:
 # its ranks meet through the agent's store and all_reduce over tutti::gloo, each checking the
 # sums. Everything it made is removed on exit.
@@ -85,7 +86,8 @@ gloo_out="$(run_nodes gloo)" || {
 tutti_out="$(run_nodes tutti)" || { echo "FAILED: tutti across two namespaces"; exit 1; }
 echo "gloo:  $gloo_out" | tr '\n' ' '; echo
 echo "tutti: $tutti_out" | tr '\n' ' '; echo
-grep -q '^transport gloo$' <<<"$tutti_out" || { echo "FAILED: tutti did not run over tutti::gloo across hosts"; exit 1; }
+grep -q '^transport cluster$' <<<"$tutti_out" ||
+  { echo "FAILED: tutti did not run over tutti::cluster across two hosts of two ranks"; exit 1; }
 "$py" - "$(grep '^checksum' <<<"$gloo_out")" "$(grep '^checksum' <<<"$tutti_out")" <<'PY' || exit 1
 import sys
 g, t = (float(a.split()[1]) for a in sys.argv[1:])
