@@ -13,6 +13,9 @@
 #                                                                 hierarchical@cluster)
 #   TUTTI_GLOO_CMA=0 tutti-bench ... --algo automatic            (automatic_tcp, not by default)
 #   tutti-bench-gloo all_reduce --algo X                         (gloo_X: Gloo's own)
+#   TORCH_PY bench/torch/allreduce.py --launched --backend B     (torch_B: torch.distributed on
+#                                                                 "tutti" or "gloo"; torch_tutti@T
+#                                                                 with TUTTI_TORCH_TRANSPORT=T)
 # both out of place where the algorithm has that form (PLACEMENT), time = the slowest rank's mean
 # (-a 3).
 # Runs as root (it makes namespaces); needs iproute2's ip, tc (with RATE), ethtool (with
@@ -71,7 +74,13 @@
 #   ALGOS (automatic ring tree recursive_halving gloo_ring gloo_bcube gloo_ring_chunked
 #          gloo_halving_doubling)   space-separated: tutti-bench --algo names (and automatic_tcp),
 #                                   each on --transport gloo, or NAME@TRANSPORT for another
-#                                   transport of tutti-bench; gloo_X for tutti-bench-gloo --algo X
+#                                   transport of tutti-bench; gloo_X for tutti-bench-gloo --algo X;
+#                                   torch_tutti, torch_tutti@T (T: shm, gloo, cluster) and
+#                                   torch_gloo for all_reduce through torch.distributed (always
+#                                   in place; needs TORCH_PY)
+#   TORCH_PY (build/torch-venv/bin/python)
+#                                   the Python with torch and tutti_torch for torch_* entries
+#                                   (scripts/lib.sh tutti_torch_venv makes it)
 #   SLOW_START_AFTER_IDLE (unset)   net.ipv4.tcp_slow_start_after_idle in every host's
 #                                   namespace (0: a connection idle for a while keeps its
 #                                   congestion window; the kernel's default, 1, restarts slow)
@@ -124,6 +133,7 @@ stat="${STAT:-best}"
 placement="${PLACEMENT:-out-of-place}"
 run_timeout="${RUN_TIMEOUT:-900}"
 bin_dir="${BIN_DIR:-$repo/build/release/bench}"
+torch_py="${TORCH_PY:-$repo/build/torch-venv/bin/python}"
 read -r -a algos <<<"${ALGOS:-automatic ring tree recursive_halving gloo_ring gloo_bcube gloo_ring_chunked gloo_halving_doubling}"
 [[ "$hosts" =~ ^[1-9][0-9]*$ && "$hosts" -le 250 ]] || die "HOSTS must be an integer in 1..250"
 [[ "$rph" =~ ^[1-9][0-9]*$ ]] || die "RANKS_PER_HOST must be a positive integer"
@@ -265,6 +275,11 @@ for a in "${algos[@]}"; do
   if [[ "$a" == gloo_* ]]; then
     [[ " $theirs " == *" ${a#gloo_} "* ]] ||
       die "ALGOS: '$a': tutti-bench-gloo's algorithms are $theirs (as gloo_NAME)"
+  elif [[ "$a" == torch_* ]]; then
+    [[ "$a" =~ ^torch_(gloo|tutti(@(shm|gloo|cluster))?)$ ]] ||
+      die "ALGOS: '$a': the torch entries are torch_gloo, torch_tutti and torch_tutti@T (T: shm, gloo, cluster)"
+    "$torch_py" -c 'import torch, tutti_torch' 2>/dev/null ||
+      die "ALGOS: '$a' needs TORCH_PY ('$torch_py') to import torch and tutti_torch (scripts/lib.sh: tutti_torch_venv)"
   else
     [[ " $ours " == *" ${a%%@*} "* ]] || die "ALGOS: '$a': tutti-bench's algorithms are $ours"
     [[ "$a" != *@* || " $transports " == *" ${a#*@} "* ]] ||
@@ -378,7 +393,7 @@ model="$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
     "MTU $mtu, $([[ "$frames" == whole ]] && echo "whole frames (offloads off)" || echo "GSO packets")," \
     "TCP congestion control $(ip netns exec "${tag}h0" sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo '?')"
   echo "- tutti-bench --transport gloo (A@T: --transport T) / tutti-bench-gloo all_reduce --algo A -b $minbytes -e $maxbytes -a 3 --csv --placement $placement" \
-    "${iters:+-n $iters }(Gloo's ring_chunked and halving_doubling: in place); $stat of $rounds interleaved runs${PRIO:+, under chrt -f $PRIO}"
+    "${iters:+-n $iters }(Gloo's ring_chunked and halving_doubling: in place$([[ " ${algos[*]}" == *" torch_"* ]] && echo "; torch_*: torch.distributed through bench/torch/allreduce.py --launched, in place, $("$torch_py" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null)")); $stat of $rounds interleaved runs${PRIO:+, under chrt -f $PRIO}"
   echo "- raw output: $out"
   echo
 } | tee "$out/summary.md"
@@ -392,6 +407,13 @@ for ((round = 1; round <= rounds; round++)); do
       cmd=("$peer" all_reduce --algo "${a#gloo_}")
       # ring and bcube have both forms; the classic classes only in place
       [[ "$a" == gloo_ring || "$a" == gloo_bcube ]] && cmd+=(--placement "$placement")
+    elif [[ "$a" == torch_* ]]; then
+      # torch's gloo finds its interface by name (the namespace's host name resolves to
+      # loopback); tutti_torch by the route to MASTER_ADDR
+      cmd=(env GLOO_SOCKET_IFNAME=eth0)
+      [[ "$a" != *@* ]] || cmd+=(TUTTI_TORCH_TRANSPORT="${a#*@}")
+      be="${a#torch_}"
+      cmd+=("$torch_py" "$repo/bench/torch/allreduce.py" --launched --backend "${be%%@*}")
     else
       name="${a%%@*}" transport=gloo
       [[ "$a" != *@* ]] || transport="${a#*@}"
@@ -434,15 +456,18 @@ best = runs.stat(stat)  # the statistic STAT names
 sizes = runs.sizes()
 gloo = [a for a in algos if a.startswith("gloo_")]
 flat = [a for a in algos if base(a) in FLAT]
-others = [a for a in algos if base(a) not in FLAT and not a.startswith("gloo_") and base(a) != "native"]
+others = [a for a in algos if base(a) not in FLAT and not a.startswith(("gloo_", "torch_"))
+          and base(a) != "native"]
+# through torch.distributed: tutti's entries next to torch's own gloo backend
+torch_ours = [a for a in algos if a.startswith("torch_tutti")] if "torch_gloo" in algos else []
 
 def fastest(names, s):
     return min(((best[(a, s)], a) for a in names if (a, s) in best), default=None)
 
 heads = list(algos) + ["best flat", "best Gloo", "best flat / best Gloo"]
-heads += [f"{a} / best Gloo" for a in others]
+heads += [f"{a} / best Gloo" for a in others] + [f"{a} / torch_gloo" for a in torch_ours]
 print("| bytes | " + " | ".join(heads) + " |")
-print("|---:|" + "---:|" * len(algos) + "---|---|" + "---:|" * (1 + len(others)))
+print("|---:|" + "---:|" * len(algos) + "---|---|" + "---:|" * (1 + len(others) + len(torch_ours)))
 slower, short = [], []
 for s in sizes:
     cells = [f"{best[(a, s)]:.1f}" if (a, s) in best else "–" for a in algos]
@@ -451,6 +476,8 @@ for s in sizes:
     ratio = lambda t: f"{t / g[0]:.2f}" if g and t is not None else "–"
     cells.append(ratio(f[0] if f else None))
     cells += [ratio(best.get((a, s))) for a in others]
+    tg = best.get(("torch_gloo", s))
+    cells += [f"{best[(a, s)] / tg:.2f}" if tg and (a, s) in best else "–" for a in torch_ours]
     print(f"| {s} | " + " | ".join(cells) + " |")
     if f and g:
         if f[0] > g[0]:

@@ -5,20 +5,87 @@
 # is the median of the three runs' times in OUT (as printed, one decimal); a CPU=1 run, whose
 # table must give each algorithm's CPU per call from the per-rank CPU times it kept; and that
 # bad ITERS, STAT and CPU settings exit 2 with their message.
+# With TORCH_PY (a Python with torch and tutti_torch: scripts/torch-tests.sh passes it), the
+# torch entries instead: 2 hosts x 2 ranks, torch_tutti, torch_tutti@gloo and torch_gloo at
+# 64-128 KiB, 2 rounds: each cell the median of its runs (the mean of the two), the ratio to torch_gloo, the
+# transport each tutti run reported (cluster where unforced, gloo where asked), and a bad
+# torch entry refused.
 #
-#   bench/netns/compare_hosts_selftest.sh BIN_DIR     (where tutti-bench and tutti-bench-gloo are)
+#   bench/netns/compare_hosts_selftest.sh BIN_DIR [TORCH_PY]
+#                                 (BIN_DIR: where tutti-bench and tutti-bench-gloo are)
 #
 # Exit status: 0 passed; 1 a check failed; 77 skipped where compare_hosts.sh cannot run (not
 # root, no network namespaces), which ctest reports as skipped (SKIP_RETURN_CODE 77).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-bin_dir="${1:?usage: compare_hosts_selftest.sh BIN_DIR}"
+bin_dir="${1:?usage: compare_hosts_selftest.sh BIN_DIR [TORCH_PY]}"
+torch_py="${2:-}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 # shellcheck source=bench/selftest_lib.sh
 source "$here/../selftest_lib.sh"
+
+if [[ -n "$torch_py" ]]; then
+  algos=(torch_tutti torch_tutti@gloo torch_gloo)
+  st=0
+  HOSTS=2 RANKS_PER_HOST=2 MINBYTES=64K MAXBYTES=128K ROUNDS=2 ITERS=5 STAT=median \
+    ALGOS="${algos[*]}" BIN_DIR="$bin_dir" TORCH_PY="$torch_py" OUT="$work/run" \
+    bash "$here/compare_hosts.sh" >"$work/table" 2>"$work/err" || st=$?
+  if ((st == 77)); then
+    cat "$work/table"
+    exit 77
+  fi
+  if ((st != 0)); then
+    bad "compare_hosts.sh with torch entries exited $st"
+    cat "$work/table" "$work/err"
+    exit 1
+  fi
+  pass "compare_hosts.sh ran ${algos[*]} (exit 0: every result checked)"
+  refuses "$here/compare_hosts.sh" ALGOS=torch_tutti@nccl \
+    "ALGOS: 'torch_tutti@nccl': the torch entries are torch_gloo, torch_tutti and torch_tutti@T (T: shm, gloo, cluster)"
+  python3 - "$work/table" "$work/run" "${algos[@]}" <<'PY' || failures=$((failures + 1))
+import csv, statistics, sys
+table, out, algos = sys.argv[1], sys.argv[2], sys.argv[3:]
+heads, rows = None, {}
+for line in open(table):
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    if cells and cells[0] == "bytes":
+        heads = cells
+    elif cells and cells[0].isdigit():
+        rows[int(cells[0])] = dict(zip(heads, cells))
+times, impls = {}, {}
+for a in algos:
+    for r in (1, 2):
+        for row in csv.reader(open(f"{out}/{a}.r{r}.csv")):
+            if len(row) == 7 and row[2].isdigit():
+                times.setdefault((a, int(row[2])), []).append(float(row[3]))
+                impls.setdefault(a, set()).add(row[0])
+ok = sorted(rows) == [65536, 131072]
+print(("ok  " if ok else "FAIL") + f" rows for 64 and 128 KiB (got {sorted(rows)})")
+want_impl = {"torch_tutti": {"tutti:cluster"}, "torch_tutti@gloo": {"tutti:gloo"},
+             "torch_gloo": {"gloo"}}
+for a in algos:
+    good = impls.get(a) == want_impl[a]
+    ok &= good
+    print(("ok  " if good else "FAIL") + f" {a} ran as {impls.get(a)}")
+for s, row in sorted(rows.items()):
+    med = {a: statistics.median(times[(a, s)]) for a in algos if len(times.get((a, s), [])) == 2}
+    for a in algos:
+        good = a in med and row.get(a) == f"{med[a]:.1f}"
+        ok &= good
+        print(("ok  " if good else "FAIL") + f" {a} at {s}: {row.get(a)} (median of {times.get((a, s))})")
+    for a in ("torch_tutti", "torch_tutti@gloo"):
+        want = f"{med[a] / med['torch_gloo']:.2f}" if len(med) == 3 else None
+        good = want is not None and row.get(f"{a} / torch_gloo") == want
+        ok &= good
+        print(("ok  " if good else "FAIL") + f" {a} / torch_gloo at {s}: {row.get(f'{a} / torch_gloo')} (want {want})")
+sys.exit(0 if ok else 1)
+PY
+  verdict compare_hosts_selftest
+  exit 0
+fi
 
 # Usage errors come before anything is made, root or not.
 export MINBYTES=4K MAXBYTES=8K BIN_DIR="$bin_dir"

@@ -9,6 +9,12 @@ check per size and backend after the rounds.
     python bench/torch/allreduce.py --np 2 [--min 4 --max 256M] [--rounds 3] [--json out.json]
 
 Prints a markdown table: time per call (µs) for each backend, and gloo / tutti.
+
+With --launched, this process is one rank that a launcher started (RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT: torchrun, or bench/netns/compare_hosts.sh's torch_* entries across
+simulated hosts), running one backend (--backend): rank 0 prints tutti-bench's --csv rows
+(impl,ranks,bytes,time_us,algbw,busbw,wrong), sizes doubling from -b to -e, -n calls per size
+(default about 0.2 s), time the slowest rank's mean, then one exact check per size.
 """
 
 import argparse
@@ -81,17 +87,66 @@ def worker(rank, size, init, args, out):
     dist.destroy_process_group()
 
 
+def launched(args):
+    """One rank of a launched world, one backend; rank 0 prints CSV rows (see the docstring)."""
+    import json
+
+    import tutti_torch
+
+    dist.init_process_group(args.backend, init_method="env://")
+    rank, size = dist.get_rank(), dist.get_world_size()
+    impl = f"tutti:{tutti_torch.transport()}" if args.backend == "tutti" else args.backend
+    rows = []
+    nbytes = args.min
+    while nbytes <= args.max:
+        n = max(1, nbytes // 4)
+        t = torch.ones(n)
+        timed(t, None, 5)  # warm up (connections, buffers)
+        calls = args.iters
+        if calls is None:  # about 0.2 s; every rank makes the slowest rank's estimate
+            est = torch.tensor([timed(t, None, 2)], dtype=torch.float64)
+            dist.all_reduce(est, op=dist.ReduceOp.MAX)
+            calls = int(min(args.max_calls, max(args.min_calls, 0.2 / est.item())))
+        t.fill_(1.0)  # repeated sums of ones grow to inf: the values do not matter to the time
+        dt = torch.tensor([timed(t, None, calls)], dtype=torch.float64)
+        dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+        check = torch.full((n,), float(rank + 1))
+        dist.all_reduce(check)
+        wrong = int((check != size * (size + 1) / 2).sum().item())
+        us = dt.item() * 1e6
+        algbw = nbytes / us / 1e3  # GB/s, as nccl-tests
+        rows.append({"bytes": nbytes, "calls": calls, "time_us": us, "wrong": wrong})
+        if rank == 0:
+            print(f"{impl},{size},{nbytes},{us:.2f},{algbw:.3f},"
+                  f"{algbw * 2 * (size - 1) / size:.3f},{wrong}", flush=True)
+        nbytes *= 2
+    if rank == 0 and args.json:
+        with open(args.json, "w") as f:
+            json.dump({"impl": impl, "np": size, "torch": torch.__version__, "results": rows}, f)
+    dist.destroy_process_group()
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--launched", action="store_true",
+                   help="one rank of a world a launcher started (env://), CSV rows on rank 0")
+    p.add_argument("--backend", choices=("tutti", "gloo"), default="tutti",
+                   help="with --launched: the backend to run")
+    p.add_argument("-n", "--iters", type=int, help="with --launched: calls per size")
+    p.add_argument("-a", type=int, choices=(3,), default=3,
+                   help="with --launched: the time is the slowest rank's mean (3, as tutti-bench)")
+    p.add_argument("--csv", action="store_true", help="with --launched: CSV rows (the only form)")
     p.add_argument("--np", type=int, default=2)
-    p.add_argument("--min", type=parse_bytes, default=4)
-    p.add_argument("--max", type=parse_bytes, default=256 << 20)
+    p.add_argument("-b", "--min", type=parse_bytes, default=4)
+    p.add_argument("-e", "--max", type=parse_bytes, default=256 << 20)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seconds", type=float, default=0.25, help="per round and backend")
     p.add_argument("--min-calls", type=int, default=2)
     p.add_argument("--max-calls", type=int, default=20000)
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args()
+    if args.launched:
+        return launched(args)
     data = run_ranks(worker, args)
     print(f"\nall_reduce float32 sum through torch.distributed {data['torch']}, {args.np} ranks, "
           f"tutti over {data['transport']}; time per call (µs), best of {args.rounds}\n")
