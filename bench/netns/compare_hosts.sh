@@ -464,17 +464,19 @@ torch_ours = [a for a in algos if a.startswith("torch_tutti")] if "torch_gloo" i
 def fastest(names, s):
     return min(((best[(a, s)], a) for a in names if (a, s) in best), default=None)
 
-heads = list(algos) + ["best flat", "best Gloo", "best flat / best Gloo"]
+both = bool(flat or gloo)  # the best of each side, unless only torch_* and the like ran
+heads = list(algos) + (["best flat", "best Gloo", "best flat / best Gloo"] if both else [])
 heads += [f"{a} / best Gloo" for a in others] + [f"{a} / torch_gloo" for a in torch_ours]
 print("| bytes | " + " | ".join(heads) + " |")
-print("|---:|" + "---:|" * len(algos) + "---|---|" + "---:|" * (1 + len(others) + len(torch_ours)))
+print("|---:|" + "---:|" * len(algos) + ("---|---|---:|" if both else "")
+      + "---:|" * (len(others) + len(torch_ours)))
 slower, short = [], []
 for s in sizes:
     cells = [f"{best[(a, s)]:.1f}" if (a, s) in best else "–" for a in algos]
     f, g = fastest(flat, s), fastest(gloo, s)
-    cells += [f[1] if f else "–", g[1] if g else "–"]
     ratio = lambda t: f"{t / g[0]:.2f}" if g and t is not None else "–"
-    cells.append(ratio(f[0] if f else None))
+    if both:
+        cells += [f[1] if f else "–", g[1] if g else "–", ratio(f[0] if f else None)]
     cells += [ratio(best.get((a, s))) for a in others]
     tg = best.get(("torch_gloo", s))
     cells += [f"{best[(a, s)] / tg:.2f}" if tg and (a, s) in best else "–" for a in torch_ours]
