@@ -149,7 +149,34 @@ TEST_CASE("cluster: a rank killed mid all_reduce is named, by world rank, on eve
     // Rank 3's host neighbour (2) and its partner across hosts (1) see it die; rank 0 hears
     // of it through an abort, or sees it in the world.
     if (r != 0) CHECK(rep->peer[r] == 3);
+    // A level's error reads in the world's terms: the world's call, then the level, how its
+    // rank numbers read and its own call, once each.
+    const std::string what = rep->what[r];
+    CHECK(what.starts_with("tutti: all_reduce #"));
+    CHECK(what.find("tutti:", 1) == std::string::npos);
+    if (r == 1) CHECK(what.find("(its ranks 0, 1 are ranks 1, 3)") != std::string::npos);
+    if (r == 2)
+      CHECK((what.find("(its ranks 0, 1 are ranks 2, 3)") != std::string::npos ||
+             what.find("(its ranks 0, 1 are ranks 0, 2)") != std::string::npos));
   }
+}
+
+TEST_CASE("cluster: a level's rank numbers, as its errors give them in the world's") {
+  using tutti::detail::level_ranks;
+  CHECK(level_ranks({5}) == "its rank 0 is rank 5");
+  CHECK(level_ranks({2, 3}) == "its ranks 0, 1 are ranks 2, 3");
+  CHECK(level_ranks({0, 4, 9, 12, 16, 20, 24, 28}) ==
+        "its ranks 0, 1, 2, 3, 4, 5, 6, 7 are ranks 0, 4, 9, 12, 16, 20, 24, 28");
+  std::vector<int> across, block, odd;
+  for (int k = 0; k < 16; ++k) {
+    across.push_back(8 * k + 3);  // local rank 3 of 16 hosts of 8, numbered host by host
+    block.push_back(32 + k);      // the third host of 16 ranks
+    odd.push_back(k < 9 ? k : 2 * k);
+  }
+  CHECK(level_ranks(across) == "its rank k is rank 8k + 3");
+  CHECK(level_ranks(block) == "its rank k is rank k + 32");
+  CHECK(level_ranks(odd) ==
+        "its ranks 0, 1, 2, 3, 4, 5, 6, 7, ... are ranks 0, 1, 2, 3, 4, 5, 6, 7, ...");
 }
 
 namespace {

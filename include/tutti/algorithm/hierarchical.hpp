@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tutti/algorithm/bruck.hpp"
@@ -50,6 +51,36 @@ inline const algo_table& no_level_rules() noexcept {
   return none;
 }
 
+/// How a level's rank numbers (index) read as the world's (`members`), for its messages:
+/// "its ranks 0, 1 are ranks 2, 3" up to 8 members, "its rank k is rank 4k + 1" for more in
+/// steps (ranks numbered host by host), else the first 8 and "...".
+[[nodiscard]] inline std::string level_ranks(const std::vector<int>& members) {
+  const auto list = [&](std::size_t n) {
+    std::string level, world;
+    for (std::size_t k = 0; k < n; ++k) {
+      level += (k ? ", " : "") + std::to_string(k);
+      world += (k ? ", " : "") + std::to_string(members[k]);
+    }
+    return std::pair{level, world};
+  };
+  if (members.size() == 1) return "its rank 0 is rank " + std::to_string(members[0]);
+  if (members.size() <= 8) {
+    const auto [level, world] = list(members.size());
+    return "its ranks " + level + " are ranks " + world;
+  }
+  const long long step = members[1] - members[0];
+  bool even = step > 0;
+  for (std::size_t k = 2; k < members.size() && even; ++k)
+    even = members[k] - members[k - 1] == step;
+  if (even) {
+    std::string rule = step == 1 ? "k" : std::to_string(step) + "k";
+    if (members[0] != 0) rule += " + " + std::to_string(members[0]);
+    return "its rank k is rank " + rule;
+  }
+  const auto [level, world] = list(8);
+  return "its ranks " + level + ", ... are ranks " + world + ", ...";
+}
+
 /// Runs `f(level_ctx)` on one level (the host's ranks, or the ranks with this local rank
 /// across hosts) for the world's call in `c`: a call of its own number on that level, published
 /// there first, with the world's deadline, the level's scratch and no TUTTI_ALGO rules (they
@@ -78,14 +109,15 @@ void on_level(Ctx& c, F&& f) {
     const int peer = e.peer() >= 0 && static_cast<std::size_t>(e.peer()) < members.size()
                          ? members[static_cast<std::size_t>(e.peer())]
                          : -1;
-    std::string what =
-        std::string(e.what()) + " [" +
-        (Local ? std::string("among this host's ranks")
-               : "among the ranks with local rank " + std::to_string(h.local_rank) +
-                     ", one per host") +
-        (peer >= 0 ? "; its rank " + std::to_string(e.peer()) + " is rank " + std::to_string(peer)
-                   : std::string()) +
-        "]";
+    // In the world's terms: which level, how its rank numbers read, its call, its reason.
+    std::string what = (Local ? std::string("among this host's ranks")
+                              : "among the ranks with local rank " + std::to_string(h.local_rank) +
+                                    ", one per host") +
+                       " (" + level_ranks(members) + ")" +
+                       (e.collective().empty() ? std::string()
+                                               : ", " + e.collective() + " #" +
+                                                     std::to_string(e.sequence()) + " there") +
+                       ": " + e.reason();
     t.abort(e.kind(), what);
     throw error(e.kind(), c.info().name_str(), c.info().seq, c.rank(), peer, what);
   } catch (const std::exception& e) {

@@ -64,7 +64,8 @@ class error : public std::system_error {
         collective_(std::move(collective)),
         sequence_(sequence),
         rank_(rank),
-        peer_(peer) {}
+        peer_(peer),
+        reason_(what) {}
 
   /// The collective that failed ("all_reduce", "send", ...), or "" outside any collective.
   [[nodiscard]] const std::string& collective() const noexcept { return collective_; }
@@ -75,6 +76,8 @@ class error : public std::system_error {
   /// The peer involved, or -1.
   [[nodiscard]] int peer() const noexcept { return peer_; }
   [[nodiscard]] errc kind() const noexcept { return static_cast<errc>(code().value()); }
+  /// What went wrong as the raiser said it: what() without the call, ranks and kind around it.
+  [[nodiscard]] const std::string& reason() const noexcept { return reason_; }
 
  private:
   static std::string format(const std::string& collective, std::uint64_t sequence, int rank,
@@ -90,6 +93,7 @@ class error : public std::system_error {
   std::uint64_t sequence_;
   int rank_;
   int peer_;
+  std::string reason_;
 };
 
 }  // namespace tutti::inline v0
