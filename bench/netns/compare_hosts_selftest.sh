@@ -27,22 +27,27 @@ trap 'rm -rf "$work"' EXIT
 # shellcheck source=bench/selftest_lib.sh
 source "$here/../selftest_lib.sh"
 
-if [[ -n "$torch_py" ]]; then
-  algos=(torch_tutti torch_tutti@gloo torch_gloo)
-  st=0
-  HOSTS=2 RANKS_PER_HOST=2 MINBYTES=64K MAXBYTES=128K ROUNDS=2 ITERS=5 STAT=median \
-    ALGOS="${algos[*]}" BIN_DIR="$bin_dir" TORCH_PY="$torch_py" OUT="$work/run" \
-    bash "$here/compare_hosts.sh" >"$work/table" 2>"$work/err" || st=$?
+# first_run SETTING...: compare_hosts.sh with these settings, its table in $work/table and its
+# runs in $work/run; exits 77 where it cannot run here, 1 (showing why) where it failed.
+first_run() {
+  local st=0
+  env "$@" OUT="$work/run" bash "$here/compare_hosts.sh" >"$work/table" 2>"$work/err" || st=$?
   if ((st == 77)); then
     cat "$work/table"
     exit 77
   fi
   if ((st != 0)); then
-    bad "compare_hosts.sh with torch entries exited $st"
+    bad "compare_hosts.sh $* exited $st"
     cat "$work/table" "$work/err"
     exit 1
   fi
-  pass "compare_hosts.sh ran ${algos[*]} (exit 0: every result checked)"
+  pass "compare_hosts.sh ran (exit 0: every result checked)"
+}
+
+if [[ -n "$torch_py" ]]; then
+  algos=(torch_tutti torch_tutti@gloo torch_gloo)
+  first_run HOSTS=2 RANKS_PER_HOST=2 MINBYTES=64K MAXBYTES=128K ROUNDS=2 ITERS=5 STAT=median \
+    ALGOS="${algos[*]}" BIN_DIR="$bin_dir" TORCH_PY="$torch_py"
   refuses "$here/compare_hosts.sh" ALGOS=torch_tutti@nccl \
     "ALGOS: 'torch_tutti@nccl': the torch entries are torch_gloo, torch_tutti and torch_tutti@T (T: shm, gloo, cluster)"
   python3 - "$work/table" "$work/run" "${algos[@]}" <<'PY' || failures=$((failures + 1))
@@ -95,20 +100,8 @@ refuses "$here/compare_hosts.sh" CPU=1 \
   "CPU=1 needs ITERS and one size (MINBYTES = MAXBYTES): CPU time is counted per run"
 unset MINBYTES MAXBYTES BIN_DIR
 
-st=0
-HOSTS=2 RANKS_PER_HOST=1 MINBYTES=4K MAXBYTES=16K ROUNDS=3 ITERS=3 STAT=median \
-  ALGOS="ring gloo_ring_chunked" BIN_DIR="$bin_dir" OUT="$work/run" \
-  bash "$here/compare_hosts.sh" >"$work/table" 2>"$work/err" || st=$?
-if ((st == 77)); then
-  cat "$work/table"
-  exit 77
-fi
-if ((st != 0)); then
-  bad "compare_hosts.sh exited $st"
-  cat "$work/table" "$work/err"
-  exit 1
-fi
-pass "compare_hosts.sh ran (exit 0)"
+first_run HOSTS=2 RANKS_PER_HOST=1 MINBYTES=4K MAXBYTES=16K ROUNDS=3 ITERS=3 STAT=median \
+  ALGOS="ring gloo_ring_chunked" BIN_DIR="$bin_dir"
 if grep -qF "time per call (µs), median of 3" "$work/table"; then
   pass "table of medians"
 else
