@@ -78,7 +78,7 @@ struct report {
   std::atomic<int> peer[8] = {};
   std::atomic<long long> caught_ns[8] = {};
   std::atomic<long long> slowest_ns[8] = {};  // the longest call before the fault, per rank
-  char what[8][256] = {};  // the start of the error's message, for the test's failure output
+  char what[8][1024] = {};  // the start of the error's message, for the checks and the output
   char segment[64] = {};
 };
 

@@ -152,6 +152,7 @@ TEST_CASE("cluster: a rank killed mid all_reduce is named, by world rank, on eve
     // A level's error reads in the world's terms: the world's call, then the level, how its
     // rank numbers read and its own call, once each.
     const std::string what = rep->what[r];
+    CHECK(what.find("rank 3") != std::string::npos);  // named by its world rank, also on rank 0
     CHECK(what.starts_with("tutti: all_reduce #"));
     CHECK(what.find("tutti:", 1) == std::string::npos);
     if (r == 1) CHECK(what.find("(its ranks 0, 1 are ranks 1, 3)") != std::string::npos);

@@ -109,7 +109,8 @@ void on_level(Ctx& c, F&& f) {
     const int peer = e.peer() >= 0 && static_cast<std::size_t>(e.peer()) < members.size()
                          ? members[static_cast<std::size_t>(e.peer())]
                          : -1;
-    // In the world's terms: which level, how its rank numbers read, its call, its reason.
+    // In the world's terms: which level, how its rank numbers read, its call, the peer it
+    // names (by both numbers: the reason uses the level's), its reason.
     std::string what = (Local ? std::string("among this host's ranks")
                               : "among the ranks with local rank " + std::to_string(h.local_rank) +
                                     ", one per host") +
@@ -117,6 +118,9 @@ void on_level(Ctx& c, F&& f) {
                        (e.collective().empty() ? std::string()
                                                : ", " + e.collective() + " #" +
                                                      std::to_string(e.sequence()) + " there") +
+                       (peer >= 0 ? ", with its rank " + std::to_string(e.peer()) +
+                                        ", which is rank " + std::to_string(peer)
+                                  : std::string()) +
                        ": " + e.reason();
     t.abort(e.kind(), what);
     throw error(e.kind(), c.info().name_str(), c.info().seq, c.rank(), peer, what);
