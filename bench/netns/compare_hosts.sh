@@ -278,8 +278,9 @@ for a in "${algos[@]}"; do
   elif [[ "$a" == torch_* ]]; then
     [[ "$a" =~ ^torch_(gloo|tutti(@(shm|gloo|cluster))?)$ ]] ||
       die "ALGOS: '$a': the torch entries are torch_gloo, torch_tutti and torch_tutti@T (T: shm, gloo, cluster)"
-    "$torch_py" -c 'import torch, tutti_torch' 2>/dev/null ||
+    [[ -n "${torch_ok:-}" ]] || "$torch_py" -c 'import torch, tutti_torch' 2>/dev/null ||
       die "ALGOS: '$a' needs TORCH_PY ('$torch_py') to import torch and tutti_torch (scripts/lib.sh: tutti_torch_venv)"
+    torch_ok=1 # importing torch takes seconds: once for every torch entry
   else
     [[ " $ours " == *" ${a%%@*} "* ]] || die "ALGOS: '$a': tutti-bench's algorithms are $ours"
     [[ "$a" != *@* || " $transports " == *" ${a#*@} "* ]] ||
