@@ -36,8 +36,12 @@ step_collectives_gloo() {
 # Two hosts on one machine (TUTTI_TORCH_HOSTS: each rank's TUTTI_HOST, tests/torch/harness.py):
 # a group with several ranks on a host runs over tutti::cluster.
 step_collectives_cluster() {
+  # all_gather and reduce_scatter through hierarchical's two levels, whatever automatic would
+  # pick at the suite's sizes (the other collectives as automatic picks)
   run "collectives against gloo, 3-4 ranks on 2 simulated hosts, over cluster" \
-    env TUTTI_TORCH_HOSTS=2 TUTTI_TORCH_SIZES=3,4 "$py" tests/torch/test_collectives.py
+    env TUTTI_TORCH_HOSTS=2 TUTTI_TORCH_SIZES=3,4 \
+    TUTTI_ALGO="all_gather:hierarchical; reduce_scatter:hierarchical" \
+    "$py" tests/torch/test_collectives.py
 }
 step_ddp() { run "DDP against gloo, 2-4 ranks" "$py" tests/torch/test_ddp.py; }
 step_ddp_cluster() {

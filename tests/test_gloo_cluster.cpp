@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <span>
@@ -33,12 +34,49 @@ void place(const std::vector<int>& hosts_of) {
   ::setenv("TUTTI_HOST", ("h" + std::to_string(hosts_of[static_cast<std::size_t>(r)])).c_str(), 1);
 }
 
-/// all_reduce (sum, avg), broadcast and reduce from every root, at counts around the ranks per
-/// host; the first wrong value, or "".
+/// all_gather (out of place and in place) and reduce_scatter (sum, max) of `n` elements per
+/// rank; the first wrong value, or "".
+template <class Comm>
+std::string check_blocks(Comm& comm, std::size_t n) {
+  const int p = comm.size(), r = comm.rank();
+  const auto at = [](int q, std::size_t i) {  // rank q's element i
+    return static_cast<std::int32_t>(q * 100003 + static_cast<int>(i % 65521));
+  };
+  const std::size_t total = n * static_cast<std::size_t>(p);
+  std::vector<std::int32_t> mine(n), all(total, -1), in_place(total, -1);
+  for (std::size_t i = 0; i < n; ++i)
+    mine[i] = in_place[static_cast<std::size_t>(r) * n + i] = at(r, i);
+  comm.all_gather(std::span<const std::int32_t>(mine), std::span<std::int32_t>(all));
+  comm.all_gather(std::span<std::int32_t>(in_place));
+  for (std::size_t i = 0; i < total; ++i) {
+    const std::int32_t want = at(static_cast<int>(i / n), i % n);
+    if (all[i] != want) return "all_gather n=" + std::to_string(n) + " at " + std::to_string(i);
+    if (in_place[i] != want)
+      return "all_gather in place n=" + std::to_string(n) + " at " + std::to_string(i);
+  }
+  // Rank q's input: element i is at(q, i) (block b of it goes to rank b).
+  std::vector<std::int32_t> in(total), sum(n, -1), hi(n, -1);
+  for (std::size_t i = 0; i < total; ++i) in[i] = at(r, i);
+  comm.reduce_scatter(std::span<const std::int32_t>(in), std::span<std::int32_t>(sum), tutti::sum);
+  comm.reduce_scatter(std::span<const std::int32_t>(in), std::span<std::int32_t>(hi), tutti::max);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t j = static_cast<std::size_t>(r) * n + i;
+    std::int32_t s = 0;
+    for (int q = 0; q < p; ++q) s += at(q, j);
+    if (sum[i] != s) return "reduce_scatter n=" + std::to_string(n) + " at " + std::to_string(i);
+    if (hi[i] != at(p - 1, j))
+      return "reduce_scatter max n=" + std::to_string(n) + " at " + std::to_string(i);
+  }
+  return {};
+}
+
+/// all_reduce (sum, avg), broadcast and reduce from every root, all_gather and reduce_scatter,
+/// at counts around the ranks per host; the first wrong value, or "".
 template <class Comm>
 std::string check_rooted(Comm& comm) {
   const int p = comm.size(), r = comm.rank();
   for (std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{1000}, std::size_t{1} << 18}) {
+    if (auto bad = check_blocks(comm, n < 1000 ? n : n / 16); !bad.empty()) return bad;
     std::vector<std::int64_t> v(n);
     for (std::size_t i = 0; i < n; ++i) v[i] = (r + 1) * static_cast<std::int64_t>(i % 97);
     comm.all_reduce(std::span<std::int64_t>(v), tutti::sum);
@@ -93,14 +131,33 @@ int run_shape(const std::vector<int>& hosts_of) {
 }  // namespace
 
 TEST_CASE("cluster: hierarchical and automatic at host shapes 2x2, 3x2, 2x3, 4x1, 1x4") {
+  // Ranks numbered host by host, hosts taking turns, and neither (all_gather and
+  // reduce_scatter take a path of their own for each: host_firsts, level_major).
   const std::vector<std::vector<int>> shapes{
-      {0, 0, 1, 1}, {0, 0, 1, 1, 2, 2}, {0, 1, 0, 1, 0, 1}, {0, 1, 2, 3}, {0, 0, 0, 0}};
-  for (const auto& shape : shapes) {
-    CAPTURE(shape.size());
-    CAPTURE(shape[1]);
-    CHECK(run_shape<tutti::hierarchical>(shape) == 0);
-    CHECK(run_shape<tutti::automatic>(shape) == 0);
+      {0, 0, 1, 1}, {0, 0, 1, 1, 2, 2}, {0, 1, 0, 1, 0, 1}, {0, 1, 2, 3},
+      {0, 0, 0, 0}, {1, 0, 0, 1},       {2, 0, 1, 1, 0, 2}};
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    CAPTURE(i);
+    CHECK(run_shape<tutti::hierarchical>(shapes[i]) == 0);
+    CHECK(run_shape<tutti::automatic>(shapes[i]) == 0);
   }
+}
+
+TEST_CASE("hierarchical: where each rank's block sits, by host shape") {
+  const auto hosts = [](std::vector<std::string> ids) {
+    return tutti::detail::map_identities(ids, 0);
+  };
+  using v = std::vector<std::size_t>;
+  // Host by host: each host's first rank, and no reordering needed.
+  CHECK(tutti::detail::host_firsts(hosts({"a", "a", "b", "b"})) == v{0, 2});
+  CHECK(tutti::detail::host_firsts(hosts({"a", "b", "c"})) == v{0, 1, 2});
+  // Hosts taking turns: not consecutive, but local rank-major is rank order already.
+  CHECK(tutti::detail::host_firsts(hosts({"a", "b", "a", "b"})).empty());
+  CHECK(tutti::detail::level_major(hosts({"a", "b", "a", "b"})).empty());
+  // Neither: ranks 0 and 3 on one host, 1 and 2 on the other.
+  CHECK(tutti::detail::host_firsts(hosts({"b", "a", "a", "b"})).empty());
+  CHECK(tutti::detail::level_major(hosts({"b", "a", "a", "b"})) == v{0, 1, 3, 2});
+  CHECK(tutti::detail::level_major(hosts({"c", "a", "b", "b", "a", "c"})) == v{0, 1, 2, 5, 4, 3});
 }
 
 TEST_CASE("cluster: hosts with different numbers of ranks run flat, with the same results") {
@@ -108,7 +165,9 @@ TEST_CASE("cluster: hosts with different numbers of ranks run flat, with the sam
   CHECK(run_shape<tutti::hierarchical>({1, 0, 0, 2, 1}) == 0);
 }
 
-TEST_CASE("cluster: automatic predicts hierarchical for large all_reduces across hosts") {
+TEST_CASE(
+    "cluster: automatic predicts hierarchical for large all_reduce, all_gather, reduce_scatter "
+    "across hosts") {
   tutti::cost_model m = tutti::gloo::costs;
   m.hosts = 2;
   m.ranks_per_host = 2;
@@ -120,6 +179,18 @@ TEST_CASE("cluster: automatic predicts hierarchical for large all_reduces across
   const double ring =
       tutti::detail::predicted_cost<tutti::ring>(tutti::detail::collective::all_reduce, big);
   CHECK(hier < ring);
+  // all_gather and reduce_scatter of 64 MiB in all over 1 Gbit/s links: a host link carries
+  // half of it under hierarchical, three quarters under a ring.
+  m.beta_us_per_byte = 1.0 / 125;
+  const auto gathered = tutti::detail::cost_inputs(64 << 20, 4, m);
+  for (auto k :
+       {tutti::detail::collective::all_gather, tutti::detail::collective::reduce_scatter}) {
+    CAPTURE(static_cast<int>(k));
+    const double h = tutti::detail::predicted_cost<tutti::hierarchical>(k, gathered);
+    const double r = tutti::detail::predicted_cost<tutti::ring>(k, gathered);
+    CHECK(h < r);
+    CHECK(r / h > 1.4);
+  }
   tutti::cost_model flat = tutti::gloo::costs;
   CHECK(!tutti::hierarchical::cost(tutti::detail::collective::all_reduce,
                                    tutti::detail::cost_inputs(64 << 20, 4, flat))

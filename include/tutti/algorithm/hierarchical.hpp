@@ -6,8 +6,12 @@
 /// the ranks with its local rank (the flat policy automatic picks there), and a ring all-gather
 /// inside each host: each host link carries 2(H-1)/H of the vector, against 2(p-1)/p through
 /// the busiest link of a flat ring. broadcast and reduce go through the root's local rank on
-/// every host (across hosts, then inside each; inside, then across). The other collectives,
-/// and every collective on a world whose hosts hold different numbers of ranks, run flat.
+/// every host (across hosts, then inside each; inside, then across). all_gather gathers each
+/// rank's block across hosts among the ranks with its local rank, then inside each host what
+/// each local rank gathered; reduce_scatter is the mirror (inside, then across): a host link
+/// carries each of the other hosts' blocks once, (H-1)/H of the gathered vector, against
+/// (p-1)/p through a flat ring's. The other collectives, and every collective on a world whose
+/// hosts hold different numbers of ranks, run flat.
 
 #include <algorithm>
 #include <cmath>
@@ -31,6 +35,7 @@
 #include "tutti/detail/call.hpp"
 #include "tutti/detail/context.hpp"
 #include "tutti/detail/cost.hpp"
+#include "tutti/detail/host.hpp"
 #include "tutti/detail/policy_traits.hpp"
 #include "tutti/detail/schedules.hpp"
 #include "tutti/transport/layered.hpp"
@@ -79,6 +84,34 @@ inline const algo_table& no_level_rules() noexcept {
   }
   const auto [level, world] = list(8);
   return "its ranks " + level + ", ... are ranks " + world + ", ...";
+}
+
+/// Each host's first rank, where every host's ranks are consecutive (launchers number them host
+/// by host), so that a host's blocks of a rank-ordered vector lie together; else empty.
+[[nodiscard]] inline std::vector<std::size_t> host_firsts(const host_map& h) {
+  std::vector<std::size_t> first(static_cast<std::size_t>(h.hosts), h.host_of.size());
+  for (std::size_t r = 0; r < h.host_of.size(); ++r) {
+    auto& f = first[static_cast<std::size_t>(h.host_of[r])];
+    if (f == h.host_of.size()) f = r;
+    if (r != f + static_cast<std::size_t>(h.local_of[r])) return {};
+  }
+  return first;
+}
+
+/// Where each rank's block sits when blocks are ordered local rank first, then host (local rank
+/// k's blocks of hosts 0 .. H-1 together: what an all-gather inside a host of blocks gathered
+/// across hosts leaves), by rank; empty where that is rank order already.
+[[nodiscard]] inline std::vector<std::size_t> level_major(const host_map& h) {
+  const std::size_t p = h.host_of.size(), hosts = static_cast<std::size_t>(h.hosts);
+  std::vector<std::size_t> slot(p);
+  bool same = true;
+  for (std::size_t r = 0; r < p; ++r) {
+    slot[r] =
+        static_cast<std::size_t>(h.local_of[r]) * hosts + static_cast<std::size_t>(h.host_of[r]);
+    same = same && slot[r] == r;
+  }
+  if (same) slot.clear();
+  return slot;
 }
 
 /// Runs `f(level_ctx)` on one level (the host's ranks, or the ranks with this local rank
@@ -155,6 +188,16 @@ struct hierarchical {
         const double doubling_across = lg_h * (a + block * b * l + block * g);
         return inside + std::min(ring_across, doubling_across);
       }
+      // n: the gathered vector, n / p per rank. Across hosts each rank's H blocks (ring or
+      // doubling, the same bytes), its host's L flows sharing the link; inside, a call per host
+      // (ranks numbered host by host).
+      case detail::collective::all_gather:
+      case detail::collective::reduce_scatter: {
+        const double gr = k == detail::collective::reduce_scatter ? g : 0.0;  // reducing
+        const double inside = h * (l - 1) * al + (l - 1) / l * n * (bl + gr);
+        const double across = std::min(h - 1, lg_h) * a + (h - 1) * n / (h * l) * (b * l + gr);
+        return inside + across;
+      }
       // Across hosts through binomial trees: one α per message (tree's).
       case detail::collective::broadcast:
         return lg_h * (in.a1 + n * b) + lg_l * (al + n * bl);
@@ -221,11 +264,36 @@ struct hierarchical {
     });
   }
 
-  // The rest run flat over the world (Remote's point-to-point messages).
+  /// Each rank's block across hosts among the ranks with its local rank (`mine`: block j is
+  /// host j's), then inside each host the local ranks' blocks of each host: straight into
+  /// place where each host's ranks are consecutive (one call per host), else all at once
+  /// (local rank-major) and then each block to its rank's place.
   template <class Ctx>
     requires two_level_transport<typename Ctx::transport_type>
   static void all_gather(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
-    flat<Ctx>::all_gather(c, in, out, count);
+    auto& t = c.transport();
+    if (!t.two_level() || count == 0) return flat<Ctx>::all_gather(c, in, out, count);
+    const auto& h = t.hosts();
+    const auto hosts = static_cast<std::size_t>(h.hosts);
+    const std::size_t bytes = count * c.elem(), total = bytes * static_cast<std::size_t>(c.size());
+    const auto first = detail::host_firsts(h);
+    const auto slot = first.empty() ? detail::level_major(h) : std::vector<std::size_t>{};
+    std::byte* mine = c.scratch(hosts * bytes + (slot.empty() ? 0 : total));
+    if (hosts > 1)
+      detail::on_level<false>(
+          c, [&](auto& across) { flat<Ctx>::all_gather(across, in, mine, count); });
+    else
+      c.copy(mine, in, bytes);
+    for (std::size_t j = 0; j < first.size(); ++j)
+      detail::on_level<true>(c, [&](auto& local) {
+        flat<Ctx>::all_gather(local, mine + j * bytes, out + first[j] * bytes, count);
+      });
+    if (!first.empty()) return;
+    std::byte* all = slot.empty() ? out : mine + hosts * bytes;
+    detail::on_level<true>(
+        c, [&](auto& local) { flat<Ctx>::all_gather(local, mine, all, count * hosts); });
+    for (std::size_t r = 0; r < slot.size(); ++r)
+      c.copy(out + r * bytes, all + slot[r] * bytes, bytes);
   }
   template <class Ctx>
     requires two_level_transport<typename Ctx::transport_type>
@@ -237,10 +305,37 @@ struct hierarchical {
   static void scatter(Ctx& c, const std::byte* in, std::byte* out, std::size_t count, int root) {
     flat<Ctx>::scatter(c, in, out, count, root);
   }
+  /// all_gather's mirror: inside each host, each host's blocks reduced onto the local ranks
+  /// (local rank k gets this host's sum of host j's block k, for every j; one call per host
+  /// where each host's ranks are consecutive, else once over the blocks put in local
+  /// rank-major order), then across hosts among the ranks with its local rank.
   template <class Ctx>
     requires two_level_transport<typename Ctx::transport_type>
   static void reduce_scatter(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
-    flat<Ctx>::reduce_scatter(c, in, out, count);
+    auto& t = c.transport();
+    if (!t.two_level() || count == 0) return flat<Ctx>::reduce_scatter(c, in, out, count);
+    const auto& h = t.hosts();
+    const auto hosts = static_cast<std::size_t>(h.hosts);
+    const std::size_t bytes = count * c.elem(), total = bytes * static_cast<std::size_t>(c.size());
+    const auto first = detail::host_firsts(h);
+    const auto slot = first.empty() ? detail::level_major(h) : std::vector<std::size_t>{};
+    std::byte* mine = c.scratch(hosts * bytes + (slot.empty() ? 0 : total));
+    std::byte* sums = hosts > 1 ? mine : out;  // this host's sums of its local rank's blocks
+    for (std::size_t j = 0; j < first.size(); ++j)
+      detail::on_level<true>(c, [&](auto& local) {
+        flat<Ctx>::reduce_scatter(local, in + first[j] * bytes, sums + j * bytes, count);
+      });
+    if (first.empty()) {
+      std::byte* packed = mine + hosts * bytes;
+      for (std::size_t r = 0; r < slot.size(); ++r)
+        c.copy(packed + slot[r] * bytes, in + r * bytes, bytes);
+      const std::byte* blocks = slot.empty() ? in : packed;
+      detail::on_level<true>(
+          c, [&](auto& local) { flat<Ctx>::reduce_scatter(local, blocks, sums, count * hosts); });
+    }
+    if (hosts > 1)
+      detail::on_level<false>(
+          c, [&](auto& across) { flat<Ctx>::reduce_scatter(across, mine, out, count); });
   }
   template <class Ctx>
     requires two_level_transport<typename Ctx::transport_type>
