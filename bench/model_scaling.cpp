@@ -1,8 +1,10 @@
-// The α-β-γ model's predictions for all_reduce on worlds across hosts, and tutti::automatic's
-// pick, from 8 to 1,024 ranks (hosts × ranks per host): what docs/scaling.md tabulates.
+// The α-β-γ model's predictions for all_reduce (or all_gather, reduce_scatter) on worlds across
+// hosts, and tutti::automatic's pick, from 8 to 1,024 ranks (hosts × ranks per host): what
+// docs/scaling.md tabulates.
 //
 //   model-scaling [--link-gbps G] [--link-alpha-us A] [--sizes 4,64K,1M,...] [--shapes 1x8,2x4,...]
 //                 [--inside shm|gloo] [--flat-inside copies|tcp] [--ranks-per-cpu R]
+//                 [--collective all_reduce|all_gather|reduce_scatter]
 //
 // Inside a host: tutti::shm's costs for hierarchical (tutti::cluster), or with --inside gloo no
 // hierarchical column (a flat tutti::gloo world across hosts); a flat policy's message between
@@ -13,7 +15,9 @@
 // sharing its link, as tutti::cluster and tutti::gloo tell automatic when TUTTI_LINK_GBPS /
 // TUTTI_LINK_ALPHA_US are set. --ranks-per-cpu R prices a machine whose ranks outnumber its
 // CPUs R to one (cost_model::ranks_per_cpu: simulated hosts sharing one machine, as bench/netns
-// runs them; 0, the default, a CPU per rank). Prints one markdown table per size: predicted
+// runs them; 0, the default, a CPU per rank). --collective all_gather or reduce_scatter prices
+// that collective instead, each size being the whole gathered or scattered vector (as
+// tutti-bench and nccl-tests count it). Prints one markdown table per size: predicted
 // microseconds per policy, and the pick. No ranks run: this is the model alone.
 
 #include <cstdio>
@@ -64,6 +68,7 @@ struct settings {
   std::string inside = "shm";
   std::string flat_inside = "copies";
   double per_cpu = 0;
+  std::string collective = "all_reduce";
   std::vector<double> sizes{4, 65536, 1048576, 16777216, 268435456};
   std::vector<std::pair<int, int>> shapes{{1, 8}, {2, 4},  {4, 2},  {2, 8},  {4, 8},
                                           {8, 8}, {16, 8}, {32, 8}, {64, 8}, {128, 8}};
@@ -106,15 +111,20 @@ std::string parse(int argc, char** argv, settings& o) try {
       o.inside = value;
     } else if (flag == "--flat-inside") {
       o.flat_inside = value;
+    } else if (flag == "--collective") {
+      o.collective = value;
     } else {
       return "unknown flag " + flag;
     }
   }
   if (o.gbps <= 0 || o.alpha < 0 || (o.inside != "shm" && o.inside != "gloo") ||
       (o.flat_inside != "copies" && o.flat_inside != "tcp") || o.per_cpu < 0 || o.sizes.empty() ||
-      o.shapes.empty())
+      o.shapes.empty() ||
+      (o.collective != "all_reduce" && o.collective != "all_gather" &&
+       o.collective != "reduce_scatter"))
     return "--link-gbps must be > 0, --link-alpha-us >= 0, --inside shm or gloo, --flat-inside "
-           "copies or tcp, --ranks-per-cpu >= 0, --sizes and --shapes not empty";
+           "copies or tcp, --ranks-per-cpu >= 0, --sizes and --shapes not empty, --collective "
+           "all_reduce, all_gather or reduce_scatter";
   return {};
 } catch (const std::invalid_argument& e) {
   return e.what();
@@ -158,21 +168,38 @@ int main(int argc, char** argv) {
   const tutti::cost_model flat =
       o.flat_inside == "copies" ? gloo_costs::single_copy(gloo_costs::tcp) : gloo_costs::tcp;
   const tutti::cost_model local = o.inside == "shm" ? tutti::shm::costs : flat;
-  // Which policies get a column: all but direct and bruck (never picked for all_reduce across
-  // hosts); hierarchical only where a host's ranks share memory.
-  const auto shown = [&]<class P>() {
-    return !std::is_same_v<P, tutti::direct> && !std::is_same_v<P, tutti::bruck> &&
-           (o.inside == "shm" || !std::is_same_v<P, tutti::hierarchical>);
-  };
   using tutti::detail::collective;
   using candidates = tutti::automatic::candidates;
+  const collective k = o.collective == "all_gather"       ? collective::all_gather
+                       : o.collective == "reduce_scatter" ? collective::reduce_scatter
+                                                          : collective::all_reduce;
+  const auto model_of = [&](std::pair<int, int> shape, double bytes) {
+    const auto [h, l] = shape;
+    return tutti::detail::cost_inputs(bytes, h * l, model_for(h, l, o, local, flat));
+  };
+  // Which policies get a column: not direct (it needs a segment all ranks share: it runs
+  // nothing on gloo or cluster), for all_reduce not bruck (never picked across hosts), for the
+  // others every one that prices it somewhere here; hierarchical only where a host's ranks
+  // share memory.
+  const auto shown = [&]<class P>() {
+    if (std::is_same_v<P, tutti::direct>) return false;
+    if (o.inside != "shm" && std::is_same_v<P, tutti::hierarchical>) return false;
+    if (k == collective::all_reduce) return !std::is_same_v<P, tutti::bruck>;
+    for (const double bytes : o.sizes)
+      for (const auto& shape : o.shapes)
+        if (tutti::detail::predicted_cost<P>(k, model_of(shape, bytes)) <
+            std::numeric_limits<double>::infinity())
+          return true;
+    return false;
+  };
   std::printf(
       "Link between hosts: %g Gbit/s, α %g µs; inside a host: tutti::%s's costs, a flat "
       "policy's message %s.\n\n",
       o.gbps, o.alpha, o.inside.c_str(),
       o.flat_inside == "copies" ? "a single copy" : "through loopback TCP");
   for (const double bytes : o.sizes) {
-    std::printf("### all_reduce of %s\n\n| hosts × ranks | ranks |", human(bytes).c_str());
+    std::printf("### %s of %s\n\n| hosts × ranks | ranks |", o.collective.c_str(),
+                human(bytes).c_str());
     candidates::for_each([&]<class P>() {
       if (shown.template operator()<P>()) std::printf(" %s |", P::name);
     });
@@ -181,14 +208,14 @@ int main(int argc, char** argv) {
       if (shown.template operator()<P>()) std::printf("---:|");
     });
     std::printf("---|\n");
-    for (const auto& [h, l] : o.shapes) {
-      const tutti::detail::cost_inputs in(bytes, h * l, model_for(h, l, o, local, flat));
-      std::printf("| %d × %d | %d |", h, l, h * l);
+    for (const auto& shape : o.shapes) {
+      const auto in = model_of(shape, bytes);
+      std::printf("| %d × %d | %d |", shape.first, shape.second, shape.first * shape.second);
       std::string best;
       double best_cost = std::numeric_limits<double>::infinity();
       candidates::for_each([&]<class P>() {
         if (!shown.template operator()<P>()) return;
-        const double c = tutti::detail::predicted_cost<P>(collective::all_reduce, in);
+        const double c = tutti::detail::predicted_cost<P>(k, in);
         std::printf(" %s |",
                     c == std::numeric_limits<double>::infinity() ? "–" : micros(c).c_str());
         if (c < best_cost) {

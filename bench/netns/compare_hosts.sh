@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# all_reduce across simulated hosts: tutti's policies over its gloo transport next to Gloo's own
-# all-reduce algorithms, in one invocation, float sum, results checked by the programs. Each
-# "host" is a network namespace; the hosts are joined by veth pairs to a bridge that lives in a
-# namespace of its own (as tests/netns/run.sh does: the machine's own network is untouched),
-# optionally shaped with tc tbf. Every rank of a host runs inside that host's namespace, started
+# all_reduce (or another COLLECTIVE) across simulated hosts: tutti's policies over its gloo
+# transport next to Gloo's own algorithms, in one invocation, float sum, results checked by the
+# programs. Each "host" is a network namespace; the hosts are joined by veth pairs to a bridge
+# that lives in a namespace of its own (as tests/netns/run.sh does: the machine's own network is
+# untouched), optionally shaped with tc tbf. Every rank of a host runs inside that host's namespace, started
 # with the variables a multi-host launcher sets (RANK, WORLD_SIZE, LOCAL_RANK,
 # LOCAL_WORLD_SIZE=RANKS_PER_HOST, MASTER_ADDR = host 0's address, MASTER_PORT), so ranks of
 # one host share a network namespace (tutti's single copies between them work, as on a real
 # host) and every byte between hosts crosses two (shaped) veth links and the bridge:
-#   tutti-bench all_reduce --transport gloo --algo A            (A: tutti's policies)
-#   tutti-bench all_reduce --transport T --algo A                (A@T: on another transport, e.g.
+#   tutti-bench COLLECTIVE --transport gloo --algo A            (A: tutti's policies)
+#   tutti-bench COLLECTIVE --transport T --algo A                (A@T: on another transport, e.g.
 #                                                                 hierarchical@cluster)
 #   TUTTI_GLOO_CMA=0 tutti-bench ... --algo automatic            (automatic_tcp, not by default)
-#   tutti-bench-gloo all_reduce --algo X                         (gloo_X: Gloo's own)
+#   tutti-bench-gloo COLLECTIVE --algo X                         (gloo_X: Gloo's own)
 #   TORCH_PY bench/torch/allreduce.py --launched --backend B     (torch_B: torch.distributed on
 #                                                                 "tutti" or "gloo"; torch_tutti@T
 #                                                                 with TUTTI_TORCH_TRANSPORT=T)
@@ -53,6 +53,10 @@
 #                                   bucket may drain, in a second bucket of two frames (tbf's
 #                                   mtu), so a message after a pause passes at no more than it
 #                                   instead of at the veth's speed
+#   COLLECTIVE (all_reduce)         all_reduce, all_gather or reduce_scatter (sizes: the whole
+#                                   gathered or scattered vector, as nccl-tests); Gloo has one
+#                                   all_gather (gloo_ring: a ring) and no reduce_scatter, and
+#                                   torch_* entries run all_reduce only
 #   MINBYTES (4)  MAXBYTES (64M)    sizes, nccl-tests syntax (K/M/G), doubling
 #   ROUNDS (2)                      runs per algorithm
 #   ITERS (unset: ~0.2 s per size)  timed calls per size in every run (-n): a fixed count makes
@@ -124,6 +128,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 hosts="${HOSTS:-2}"
 rph="${RANKS_PER_HOST:-2}"
 rate="${RATE:-}"
+collective="${COLLECTIVE:-all_reduce}"
 minbytes="${MINBYTES:-4}"
 maxbytes="${MAXBYTES:-64M}"
 rounds="${ROUNDS:-2}"
@@ -147,6 +152,17 @@ read -r -a algos <<<"${ALGOS:-automatic ring tree recursive_halving gloo_ring gl
   die "PLACEMENT must be out-of-place or in-place"
 [[ "$run_timeout" =~ ^[1-9][0-9]*$ ]] || die "RUN_TIMEOUT must be a positive number of seconds"
 ((${#algos[@]} > 0)) || die "ALGOS is empty"
+case "$collective" in
+  all_reduce | all_gather | reduce_scatter) ;;
+  *) die "COLLECTIVE must be all_reduce, all_gather or reduce_scatter" ;;
+esac
+if [[ "$collective" != all_reduce ]]; then
+  for a in "${algos[@]}"; do
+    [[ "$a" != torch_* ]] || die "$a: the torch_* entries run all_reduce only (COLLECTIVE=$collective)"
+    [[ "$a" != gloo_* || "$collective" == all_gather ]] || die "$a: Gloo has no reduce_scatter"
+    [[ "$a" != gloo_* || "$a" == gloo_ring ]] || die "$a: Gloo's all_gather is one ring: gloo_ring"
+  done
+fi
 prio=()
 if [[ -n "${PRIO:-}" ]]; then
   [[ "$PRIO" =~ ^[1-9][0-9]?$ ]] || die "PRIO must be a real-time priority, 1-99"
@@ -382,8 +398,15 @@ cpu_times=()
 
 np=$((hosts * rph))
 model="$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
+placement_notes=""  # what runs in place whatever PLACEMENT says (all_reduce's entries)
+if [[ "$collective" == all_reduce ]]; then
+  placement_notes="Gloo's ring_chunked and halving_doubling: in place"
+  [[ " ${algos[*]}" != *" torch_"* ]] ||
+    placement_notes+="; torch_*: torch.distributed through bench/torch/allreduce.py --launched, in place, $("$torch_py" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null)"
+  placement_notes="($placement_notes); "
+fi
 {
-  echo "# all_reduce across $hosts simulated hosts x $rph ranks per host: tutti over Gloo's TCP transport vs Gloo's own algorithms, float sum"
+  echo "# $collective across $hosts simulated hosts x $rph ranks per host: tutti over Gloo's TCP transport vs Gloo's own algorithms, float sum"
   echo
   echo "- date: $(date '+%Y-%m-%d %H:%M:%S %Z')"
   echo "- machine: ${model:-unknown CPU}, $(nproc) cores, $(uname -srm);" \
@@ -393,8 +416,8 @@ model="$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
     "links: $( ((${#tbf[@]})) && echo "tc ${tbf[*]} (bytes), each direction" || echo unshaped)," \
     "MTU $mtu, $([[ "$frames" == whole ]] && echo "whole frames (offloads off)" || echo "GSO packets")," \
     "TCP congestion control $(ip netns exec "${tag}h0" sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo '?')"
-  echo "- tutti-bench --transport gloo (A@T: --transport T) / tutti-bench-gloo all_reduce --algo A -b $minbytes -e $maxbytes -a 3 --csv --placement $placement" \
-    "${iters:+-n $iters }(Gloo's ring_chunked and halving_doubling: in place$([[ " ${algos[*]}" == *" torch_"* ]] && echo "; torch_*: torch.distributed through bench/torch/allreduce.py --launched, in place, $("$torch_py" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null)")); $stat of $rounds interleaved runs${PRIO:+, under chrt -f $PRIO}"
+  echo "- tutti-bench --transport gloo (A@T: --transport T) / tutti-bench-gloo $collective --algo A -b $minbytes -e $maxbytes -a 3 --csv --placement $placement" \
+    "${iters:+-n $iters }$placement_notes$stat of $rounds interleaved runs${PRIO:+, under chrt -f $PRIO}"
   echo "- raw output: $out"
   echo
 } | tee "$out/summary.md"
@@ -405,7 +428,7 @@ for ((round = 1; round <= rounds; round++)); do
     printf '  round %s %-22s ... ' "$round" "$a" >&2
     start=$SECONDS
     if [[ "$a" == gloo_* ]]; then
-      cmd=("$peer" all_reduce --algo "${a#gloo_}")
+      cmd=("$peer" "$collective" --algo "${a#gloo_}")
       # ring and bcube have both forms; the classic classes only in place
       [[ "$a" == gloo_ring || "$a" == gloo_bcube ]] && cmd+=(--placement "$placement")
     elif [[ "$a" == torch_* ]]; then
@@ -421,7 +444,7 @@ for ((round = 1; round <= rounds; round++)); do
       cmd=()
       # automatic_tcp: automatic with every message on Gloo's TCP pairs, as Gloo's own have them
       [[ "$name" != automatic_tcp ]] || { name=automatic cmd=(env TUTTI_GLOO_CMA=0); }
-      cmd+=("$bin" all_reduce --transport "$transport" --algo "$name" --placement "$placement")
+      cmd+=("$bin" "$collective" --transport "$transport" --algo "$name" --placement "$placement")
     fi
     [[ -z "$iters" ]] || cmd+=(-n "$iters")
     if run_world "$a.r$round" "${cmd[@]}" -b "$minbytes" -e "$maxbytes" -a 3 --csv --json "$out/$a.r$round.json"; then
@@ -441,11 +464,11 @@ done
   echo
 } | tee -a "$out/summary.md"
 calls="${cpu:+$((iters + 5))}" # CPU=1: the calls each run makes (tutti-bench's 5 warm-up ones)
-python3 - "$repo/bench" "$out" "$stat" "$calls" "${algos[@]}" <<'PY' | tee -a "$out/summary.md" || failed=1
+python3 - "$repo/bench" "$out" "$stat" "$calls" "$collective" "${algos[@]}" <<'PY' | tee -a "$out/summary.md" || failed=1
 import glob, statistics, sys
 sys.path.insert(0, sys.argv[1])
 import runstats
-out, stat, calls, algos = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+out, stat, calls, collective, algos = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
 FLAT = ("ring", "tree", "recursive_halving", "recursive_doubling", "bruck", "direct")
 base = lambda a: a.split("@")[0]
 runs = runstats.Runs()
@@ -488,7 +511,7 @@ for s in sizes:
         if s >= 1 << 20 and g[0] / f[0] < 1.3:
             short.append(f"{s} ({g[0] / f[0]:.2f}x)")
 print()
-if flat and gloo:
+if flat and gloo and collective == "all_reduce":  # the targets are all_reduce's
     print("- ratios are times (< 1: tutti is faster); target: best flat <= best Gloo at every size, "
           "and >= 1.3x faster (ratio <= 0.77) from 1 MiB")
     print("- best flat slower than best Gloo at: " + (", ".join(slower) or "no size"))

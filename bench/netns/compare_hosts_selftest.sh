@@ -98,6 +98,12 @@ refuses "$here/compare_hosts.sh" ITERS=0 "ITERS must be a positive integer"
 refuses "$here/compare_hosts.sh" STAT=mean "STAT must be best or median"
 refuses "$here/compare_hosts.sh" CPU=1 \
   "CPU=1 needs ITERS and one size (MINBYTES = MAXBYTES): CPU time is counted per run"
+refuses "$here/compare_hosts.sh" COLLECTIVE=broadcast \
+  "COLLECTIVE must be all_reduce, all_gather or reduce_scatter"
+ALGOS="ring gloo_ring" refuses "$here/compare_hosts.sh" COLLECTIVE=reduce_scatter \
+  "gloo_ring: Gloo has no reduce_scatter"
+ALGOS="ring gloo_bcube" refuses "$here/compare_hosts.sh" COLLECTIVE=all_gather \
+  "gloo_bcube: Gloo's all_gather is one ring: gloo_ring"
 unset MINBYTES MAXBYTES BIN_DIR
 
 first_run HOSTS=2 RANKS_PER_HOST=1 MINBYTES=4K MAXBYTES=16K ROUNDS=3 ITERS=3 STAT=median \
