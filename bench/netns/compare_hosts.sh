@@ -14,7 +14,7 @@
 #   TUTTI_GLOO_CMA=0 tutti-bench ... --algo automatic            (automatic_tcp, not by default)
 #   tutti-bench-gloo COLLECTIVE --algo X                         (gloo_X: Gloo's own)
 #   TORCH_PY bench/torch/allreduce.py --launched --backend B     (torch_B: torch.distributed on
-#                                                                 "tutti" or "gloo"; torch_tutti@T
+#     --collective COLLECTIVE                                     "tutti" or "gloo"; torch_tutti@T
 #                                                                 with TUTTI_TORCH_TRANSPORT=T)
 # both out of place where the algorithm has that form (PLACEMENT), time = the slowest rank's mean
 # (-a 3).
@@ -55,8 +55,8 @@
 #                                   instead of at the veth's speed
 #   COLLECTIVE (all_reduce)         all_reduce, all_gather or reduce_scatter (sizes: the whole
 #                                   gathered or scattered vector, as nccl-tests); Gloo has one
-#                                   all_gather (gloo_ring: a ring) and no reduce_scatter, and
-#                                   torch_* entries run all_reduce only
+#                                   all_gather (gloo_ring: a ring) and no reduce_scatter; torch_*
+#                                   entries run all_gather_into_tensor, reduce_scatter_tensor
 #   MINBYTES (4)  MAXBYTES (64M)    sizes, nccl-tests syntax (K/M/G), doubling
 #   ROUNDS (2)                      runs per algorithm
 #   ITERS (unset: ~0.2 s per size)  timed calls per size in every run (-n): a fixed count makes
@@ -80,8 +80,9 @@
 #                                   each on --transport gloo, or NAME@TRANSPORT for another
 #                                   transport of tutti-bench; gloo_X for tutti-bench-gloo --algo X;
 #                                   torch_tutti, torch_tutti@T (T: shm, gloo, cluster) and
-#                                   torch_gloo for all_reduce through torch.distributed (always
-#                                   in place; needs TORCH_PY)
+#                                   torch_gloo for the collective through torch.distributed
+#                                   (all_reduce in place, the others out of place; needs
+#                                   TORCH_PY)
 #   TORCH_PY (build/torch-venv/bin/python)
 #                                   the Python with torch and tutti_torch for torch_* entries
 #                                   (scripts/lib.sh tutti_torch_venv makes it)
@@ -158,7 +159,6 @@ case "$collective" in
 esac
 if [[ "$collective" != all_reduce ]]; then
   for a in "${algos[@]}"; do
-    [[ "$a" != torch_* ]] || die "$a: the torch_* entries run all_reduce only (COLLECTIVE=$collective)"
     [[ "$a" != gloo_* || "$collective" == all_gather ]] || die "$a: Gloo has no reduce_scatter"
     [[ "$a" != gloo_* || "$a" == gloo_ring ]] || die "$a: Gloo's all_gather is one ring: gloo_ring"
   done
@@ -398,13 +398,16 @@ cpu_times=()
 
 np=$((hosts * rph))
 model="$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
-placement_notes=""  # what runs in place whatever PLACEMENT says (all_reduce's entries)
-if [[ "$collective" == all_reduce ]]; then
-  placement_notes="Gloo's ring_chunked and halving_doubling: in place"
-  [[ " ${algos[*]}" != *" torch_"* ]] ||
-    placement_notes+="; torch_*: torch.distributed through bench/torch/allreduce.py --launched, in place, $("$torch_py" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null)"
-  placement_notes="($placement_notes); "
+notes=()  # what runs otherwise than PLACEMENT says: all_reduce's in-place-only entries
+[[ "$collective" != all_reduce ]] || notes+=("Gloo's ring_chunked and halving_doubling: in place")
+if [[ " ${algos[*]}" == *" torch_"* ]]; then
+  torch_version="$("$torch_py" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null)"
+  torch_placement="$([[ "$collective" == all_reduce ]] && echo "in place" || echo "out of place")"
+  notes+=("torch_*: torch.distributed through bench/torch/allreduce.py --launched, $torch_placement, $torch_version")
 fi
+placement_notes=""
+for note in "${notes[@]}"; do placement_notes+="${placement_notes:+; }$note"; done
+[[ -z "$placement_notes" ]] || placement_notes="($placement_notes); "
 {
   echo "# $collective across $hosts simulated hosts x $rph ranks per host: tutti over Gloo's TCP transport vs Gloo's own algorithms, float sum"
   echo
@@ -437,7 +440,8 @@ for ((round = 1; round <= rounds; round++)); do
       cmd=(env GLOO_SOCKET_IFNAME=eth0)
       [[ "$a" != *@* ]] || cmd+=(TUTTI_TORCH_TRANSPORT="${a#*@}")
       be="${a#torch_}"
-      cmd+=("$torch_py" "$repo/bench/torch/allreduce.py" --launched --backend "${be%%@*}")
+      cmd+=("$torch_py" "$repo/bench/torch/allreduce.py" --launched --backend "${be%%@*}"
+        --collective "$collective")
     else
       name="${a%%@*}" transport=gloo
       [[ "$a" != *@* ]] || transport="${a#*@}"

@@ -4,12 +4,14 @@
 # STAT=median. Checks the exit status, that the table has a row per size, and that every cell
 # is the median of the three runs' times in OUT (as printed, one decimal); a CPU=1 run, whose
 # table must give each algorithm's CPU per call from the per-rank CPU times it kept; and that
-# bad ITERS, STAT and CPU settings exit 2 with their message.
+# bad ITERS, STAT and CPU settings exit 2 with their message; and COLLECTIVE=all_gather on
+# 2 hosts x 2 ranks (tutti's ring and hierarchical, Gloo's ring), whose runs must be all_gather's,
+# checked, and bad COLLECTIVE settings refused.
 # With TORCH_PY (a Python with torch and tutti_torch: scripts/torch-tests.sh passes it), the
 # torch entries instead: 2 hosts x 2 ranks, torch_tutti, torch_tutti@gloo and torch_gloo at
 # 64-128 KiB, 2 rounds: each cell the median of its runs (the mean of the two), the ratio to torch_gloo, the
 # transport each tutti run reported (cluster where unforced, gloo where asked), and a bad
-# torch entry refused.
+# torch entry refused; then reduce_scatter_tensor through both backends (COLLECTIVE).
 #
 #   bench/netns/compare_hosts_selftest.sh BIN_DIR [TORCH_PY]
 #                                 (BIN_DIR: where tutti-bench and tutti-bench-gloo are)
@@ -42,6 +44,24 @@ first_run() {
     exit 1
   fi
   pass "compare_hosts.sh ran (exit 0: every result checked)"
+}
+
+# collective_run COLLECTIVE ALGOS SETTING...: one round at 64 KiB on 2 hosts x 2 ranks; every
+# run (checked by its program: exit 1 on a wrong element) must say it ran COLLECTIVE.
+collective_run() {
+  local c="$1" algos="$2" a f
+  shift 2
+  first_run HOSTS=2 RANKS_PER_HOST=2 MINBYTES=64K MAXBYTES=64K ROUNDS=1 ITERS=3 COLLECTIVE="$c" \
+    ALGOS="$algos" "$@"
+  for a in $algos; do
+    f="$work/run/$a.r1.json"
+    if grep -q "\"collective\": \"$c\"" "$f" 2>/dev/null && grep -q "^| 65536 |" "$work/table"; then
+      pass "$a ran $c"
+    else
+      bad "$a: no $c run in $f, or no 64 KiB row"
+    fi
+  done
+  rm -rf "$work/run"
 }
 
 if [[ -n "$torch_py" ]]; then
@@ -88,6 +108,7 @@ for s, row in sorted(rows.items()):
         print(("ok  " if good else "FAIL") + f" {a} / torch_gloo at {s}: {row.get(f'{a} / torch_gloo')} (want {want})")
 sys.exit(0 if ok else 1)
 PY
+  collective_run reduce_scatter "torch_tutti torch_gloo" BIN_DIR="$bin_dir" TORCH_PY="$torch_py"
   verdict compare_hosts_selftest
   exit 0
 fi
@@ -172,5 +193,7 @@ for a in ("ring", "gloo_ring_chunked"):
 sys.exit(0 if ok else 1)
 PY
 fi
+
+collective_run all_gather "ring hierarchical@cluster gloo_ring" BIN_DIR="$bin_dir"
 
 verdict compare_hosts_selftest

@@ -14,7 +14,10 @@ With --launched, this process is one rank that a launcher started (RANK, WORLD_S
 MASTER_ADDR, MASTER_PORT: torchrun, or bench/netns/compare_hosts.sh's torch_* entries across
 simulated hosts), running one backend (--backend): rank 0 prints tutti-bench's --csv rows
 (impl,ranks,bytes,time_us,algbw,busbw,wrong), sizes doubling from -b to -e, -n calls per size
-(default about 0.2 s), time the slowest rank's mean, then one exact check per size.
+(default about 0.2 s), time the slowest rank's mean, then one exact check per size. There
+--collective all_gather or reduce_scatter times all_gather_into_tensor or
+reduce_scatter_tensor (FSDP's), each size the whole gathered or scattered vector (as
+tutti-bench counts it), out of place.
 """
 
 import argparse
@@ -49,12 +52,48 @@ def sizes(lo, hi):
         s *= 4
 
 
-def timed(t, group, calls):
+def timed(t, group, calls, call=None):
+    """Seconds per call of all_reduce(t) (or of `call()`), after a barrier."""
     dist.barrier(group=group)
     start = time.perf_counter()
     for _ in range(calls):
-        dist.all_reduce(t, group=group)
+        if call is None:
+            dist.all_reduce(t, group=group)
+        else:
+            call()
     return (time.perf_counter() - start) / calls
+
+
+def launched_call(collective, nbytes, rank, size):
+    """(call, fill, wrong): the timed call of `collective` on a vector of `nbytes` in all (an
+    all_reduce of it; an all_gather or reduce_scatter of it in blocks of one per rank), what
+    sets its exact-check input, and how many of its output elements are wrong after that."""
+    if collective == "all_reduce":
+        t = torch.ones(max(1, nbytes // 4))
+
+        def fill(check):  # repeated sums of ones grow to inf: the values do not matter to the time
+            t.fill_(float(rank + 1) if check else 1.0)
+
+        def wrong():
+            return int((t != size * (size + 1) / 2).sum().item())
+
+        return (lambda: dist.all_reduce(t)), fill, wrong
+    per = max(1, nbytes // 4 // size)  # elements per rank's block
+    if collective == "all_gather":
+        inp, out = torch.full((per,), float(rank + 1)), torch.empty(per * size)
+        want = torch.arange(1, size + 1, dtype=torch.float32).repeat_interleave(per)
+
+        def call():
+            dist.all_gather_into_tensor(out, inp)
+    else:  # reduce_scatter: block j of every rank's input holds j + 1, so rank r gets the sum
+        inp = torch.arange(1, size + 1, dtype=torch.float32).repeat_interleave(per)
+        out = torch.empty(per)
+        want = torch.full((per,), float(size * (rank + 1)))
+
+        def call():
+            dist.reduce_scatter_tensor(out, inp)
+
+    return call, (lambda check: out.fill_(-1.0)), (lambda: int((out != want).sum().item()))
 
 
 def worker(rank, size, init, args, out):
@@ -98,31 +137,33 @@ def launched(args):
     impl = f"tutti:{tutti_torch.transport()}" if args.backend == "tutti" else args.backend
     rows = []
     nbytes = args.min
+    bus = (2 if args.collective == "all_reduce" else 1) * (size - 1) / size  # busbw ÷ algbw
     while nbytes <= args.max:
-        n = max(1, nbytes // 4)
-        t = torch.ones(n)
-        timed(t, None, 5)  # warm up (connections, buffers)
+        call, fill, count_wrong = launched_call(args.collective, nbytes, rank, size)
+        fill(False)
+        timed(None, None, 5, call)  # warm up (connections, buffers)
         calls = args.iters
         if calls is None:  # about 0.2 s; every rank makes the slowest rank's estimate
-            est = torch.tensor([timed(t, None, 2)], dtype=torch.float64)
+            est = torch.tensor([timed(None, None, 2, call)], dtype=torch.float64)
             dist.all_reduce(est, op=dist.ReduceOp.MAX)
             calls = int(min(args.max_calls, max(args.min_calls, 0.2 / est.item())))
-        t.fill_(1.0)  # repeated sums of ones grow to inf: the values do not matter to the time
-        dt = torch.tensor([timed(t, None, calls)], dtype=torch.float64)
+        fill(False)
+        dt = torch.tensor([timed(None, None, calls, call)], dtype=torch.float64)
         dist.all_reduce(dt, op=dist.ReduceOp.MAX)
-        check = torch.full((n,), float(rank + 1))
-        dist.all_reduce(check)
-        wrong = int((check != size * (size + 1) / 2).sum().item())
+        fill(True)
+        call()
+        wrong = count_wrong()
         us = dt.item() * 1e6
         algbw = nbytes / us / 1e3  # GB/s, as nccl-tests
         rows.append({"bytes": nbytes, "calls": calls, "time_us": us, "wrong": wrong})
         if rank == 0:
-            print(f"{impl},{size},{nbytes},{us:.2f},{algbw:.3f},"
-                  f"{algbw * 2 * (size - 1) / size:.3f},{wrong}", flush=True)
+            print(f"{impl},{size},{nbytes},{us:.2f},{algbw:.3f},{algbw * bus:.3f},{wrong}",
+                  flush=True)
         nbytes *= 2
     if rank == 0 and args.json:
         with open(args.json, "w") as f:
-            json.dump({"impl": impl, "np": size, "torch": torch.__version__, "results": rows}, f)
+            json.dump({"impl": impl, "np": size, "torch": torch.__version__,
+                       "collective": args.collective, "results": rows}, f)
     dist.destroy_process_group()
 
 
@@ -132,6 +173,10 @@ def main():
                    help="one rank of a world a launcher started (env://), CSV rows on rank 0")
     p.add_argument("--backend", choices=("tutti", "gloo"), default="tutti",
                    help="with --launched: the backend to run")
+    p.add_argument("--collective", choices=("all_reduce", "all_gather", "reduce_scatter"),
+                   default="all_reduce",
+                   help="with --launched: all_reduce, all_gather_into_tensor or "
+                        "reduce_scatter_tensor (sizes: the whole vector)")
     p.add_argument("-n", "--iters", type=int, help="with --launched: calls per size")
     p.add_argument("-a", type=int, choices=(3,), default=3,
                    help="with --launched: the time is the slowest rank's mean (3, as tutti-bench)")
