@@ -114,6 +114,28 @@ inline const algo_table& no_level_rules() noexcept {
   return slot;
 }
 
+/// Where hierarchical's all_gather and reduce_scatter of `count` elements per rank keep their
+/// blocks on a two-level world: `mine`, one block per host (this local rank's), then, where
+/// ranks are neither numbered host by host (`first`) nor in local rank-major order already,
+/// `staged`: every block in that order (`slot`).
+struct block_plan {
+  std::size_t hosts, bytes;
+  std::vector<std::size_t> first, slot;
+  std::byte* mine;
+  std::byte* staged;
+};
+template <class Ctx>
+[[nodiscard]] block_plan plan_blocks(Ctx& c, std::size_t count) {
+  const host_map& h = c.transport().hosts();
+  block_plan b{
+      static_cast<std::size_t>(h.hosts), count * c.elem(), host_firsts(h), {}, nullptr, nullptr};
+  if (b.first.empty()) b.slot = level_major(h);
+  const std::size_t staged = b.slot.empty() ? 0 : b.bytes * h.host_of.size();
+  b.mine = c.scratch(b.hosts * b.bytes + staged);
+  b.staged = b.mine + b.hosts * b.bytes;
+  return b;
+}
+
 /// Runs `f(level_ctx)` on one level (the host's ranks, or the ranks with this local rank
 /// across hosts) for the world's call in `c`: a call of its own number on that level, published
 /// there first, with the world's deadline, the level's scratch and no TUTTI_ALGO rules (they
@@ -271,29 +293,23 @@ struct hierarchical {
   template <class Ctx>
     requires two_level_transport<typename Ctx::transport_type>
   static void all_gather(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
-    auto& t = c.transport();
-    if (!t.two_level() || count == 0) return flat<Ctx>::all_gather(c, in, out, count);
-    const auto& h = t.hosts();
-    const auto hosts = static_cast<std::size_t>(h.hosts);
-    const std::size_t bytes = count * c.elem(), total = bytes * static_cast<std::size_t>(c.size());
-    const auto first = detail::host_firsts(h);
-    const auto slot = first.empty() ? detail::level_major(h) : std::vector<std::size_t>{};
-    std::byte* mine = c.scratch(hosts * bytes + (slot.empty() ? 0 : total));
-    if (hosts > 1)
+    if (!c.transport().two_level() || count == 0) return flat<Ctx>::all_gather(c, in, out, count);
+    const auto b = detail::plan_blocks(c, count);
+    if (b.hosts > 1)
       detail::on_level<false>(
-          c, [&](auto& across) { flat<Ctx>::all_gather(across, in, mine, count); });
+          c, [&](auto& across) { flat<Ctx>::all_gather(across, in, b.mine, count); });
     else
-      c.copy(mine, in, bytes);
-    for (std::size_t j = 0; j < first.size(); ++j)
+      c.copy(b.mine, in, b.bytes);
+    for (std::size_t j = 0; j < b.first.size(); ++j)
       detail::on_level<true>(c, [&](auto& local) {
-        flat<Ctx>::all_gather(local, mine + j * bytes, out + first[j] * bytes, count);
+        flat<Ctx>::all_gather(local, b.mine + j * b.bytes, out + b.first[j] * b.bytes, count);
       });
-    if (!first.empty()) return;
-    std::byte* all = slot.empty() ? out : mine + hosts * bytes;
+    if (!b.first.empty()) return;
+    std::byte* all = b.slot.empty() ? out : b.staged;
     detail::on_level<true>(
-        c, [&](auto& local) { flat<Ctx>::all_gather(local, mine, all, count * hosts); });
-    for (std::size_t r = 0; r < slot.size(); ++r)
-      c.copy(out + r * bytes, all + slot[r] * bytes, bytes);
+        c, [&](auto& local) { flat<Ctx>::all_gather(local, b.mine, all, count * b.hosts); });
+    for (std::size_t r = 0; r < b.slot.size(); ++r)
+      c.copy(out + r * b.bytes, all + b.slot[r] * b.bytes, b.bytes);
   }
   template <class Ctx>
     requires two_level_transport<typename Ctx::transport_type>
@@ -312,30 +328,24 @@ struct hierarchical {
   template <class Ctx>
     requires two_level_transport<typename Ctx::transport_type>
   static void reduce_scatter(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
-    auto& t = c.transport();
-    if (!t.two_level() || count == 0) return flat<Ctx>::reduce_scatter(c, in, out, count);
-    const auto& h = t.hosts();
-    const auto hosts = static_cast<std::size_t>(h.hosts);
-    const std::size_t bytes = count * c.elem(), total = bytes * static_cast<std::size_t>(c.size());
-    const auto first = detail::host_firsts(h);
-    const auto slot = first.empty() ? detail::level_major(h) : std::vector<std::size_t>{};
-    std::byte* mine = c.scratch(hosts * bytes + (slot.empty() ? 0 : total));
-    std::byte* sums = hosts > 1 ? mine : out;  // this host's sums of its local rank's blocks
-    for (std::size_t j = 0; j < first.size(); ++j)
+    if (!c.transport().two_level() || count == 0)
+      return flat<Ctx>::reduce_scatter(c, in, out, count);
+    const auto b = detail::plan_blocks(c, count);
+    std::byte* sums = b.hosts > 1 ? b.mine : out;  // this host's sums of its local rank's blocks
+    for (std::size_t j = 0; j < b.first.size(); ++j)
       detail::on_level<true>(c, [&](auto& local) {
-        flat<Ctx>::reduce_scatter(local, in + first[j] * bytes, sums + j * bytes, count);
+        flat<Ctx>::reduce_scatter(local, in + b.first[j] * b.bytes, sums + j * b.bytes, count);
       });
-    if (first.empty()) {
-      std::byte* packed = mine + hosts * bytes;
-      for (std::size_t r = 0; r < slot.size(); ++r)
-        c.copy(packed + slot[r] * bytes, in + r * bytes, bytes);
-      const std::byte* blocks = slot.empty() ? in : packed;
+    if (b.first.empty()) {
+      for (std::size_t r = 0; r < b.slot.size(); ++r)
+        c.copy(b.staged + b.slot[r] * b.bytes, in + r * b.bytes, b.bytes);
+      const std::byte* blocks = b.slot.empty() ? in : b.staged;
       detail::on_level<true>(
-          c, [&](auto& local) { flat<Ctx>::reduce_scatter(local, blocks, sums, count * hosts); });
+          c, [&](auto& local) { flat<Ctx>::reduce_scatter(local, blocks, sums, count * b.hosts); });
     }
-    if (hosts > 1)
+    if (b.hosts > 1)
       detail::on_level<false>(
-          c, [&](auto& across) { flat<Ctx>::reduce_scatter(across, mine, out, count); });
+          c, [&](auto& across) { flat<Ctx>::reduce_scatter(across, b.mine, out, count); });
   }
   template <class Ctx>
     requires two_level_transport<typename Ctx::transport_type>
