@@ -48,6 +48,15 @@ step_ddp_cluster() {
   run "DDP against gloo, 4 ranks on 2 simulated hosts, over cluster" \
     env TUTTI_TORCH_HOSTS=2 TUTTI_TORCH_SIZES=4 "$py" tests/torch/test_ddp.py
 }
+# FSDP (fully_shard): all_gather_into_tensor and reduce_scatter_tensor every step; across hosts
+# through hierarchical's two levels
+step_fsdp() {
+  run "FSDP against gloo, 2 ranks, over shm" env TUTTI_TORCH_SIZES=2 "$py" tests/torch/test_fsdp.py
+  run "FSDP against gloo, 4 ranks on 2 simulated hosts, over cluster" \
+    env TUTTI_TORCH_HOSTS=2 TUTTI_TORCH_SIZES=4 \
+    TUTTI_ALGO="all_gather:hierarchical; reduce_scatter:hierarchical" \
+    "$py" tests/torch/test_fsdp.py
+}
 step_faults_shm() { run "faults over shm" "$py" tests/torch/test_faults.py; }
 step_faults_gloo() {
   run "faults over gloo" env TUTTI_TORCH_TRANSPORT=gloo "$py" tests/torch/test_faults.py
@@ -84,7 +93,7 @@ step_cpp() {
     bash -c 'bash bench/netns/compare_hosts_selftest.sh "$1" "$2"; rc=$?; ((rc == 77)) && rc=0; exit $rc' \
     _ "$cpp/bench" "$py"
 }
-lanes=("collectives_shm collectives_gloo collectives_cluster ddp tutorials faults_cluster"
+lanes=("collectives_shm collectives_gloo collectives_cluster ddp tutorials faults_cluster fsdp"
   "faults_shm faults_gloo ddp_cluster cpp")
 run_lane() {  # run_lane "STEP...": the steps in order
   local step
