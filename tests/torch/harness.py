@@ -69,6 +69,29 @@ def check(cond, what):
         raise AssertionError(what)
 
 
+def check_trained(scenario, size, start, on_tutti, on_gloo, bound=1e-6):
+    """The parameters a model ended with trained on tutti (`on_tutti`) and on gloo (`on_gloo`)
+    from `start`: training moved them, they are identical at 2 ranks and within `bound`
+    relative at more (sums in another order round differently), and every rank holds the same
+    (collective: broadcasts from rank 0 over the default group)."""
+    import torch
+    import torch.distributed as dist
+
+    moved = any(not torch.equal(a, b) for a, b in zip(on_tutti, start))
+    check(moved, f"{scenario}: training did not change the parameters")
+    for i, (t, g) in enumerate(zip(on_tutti, on_gloo)):
+        if size == 2:
+            check(torch.equal(t, g), f"{scenario}: parameter {i} differs at 2 ranks: "
+                  f"max |diff| {(t - g).abs().max().item()}")
+        else:
+            rel = ((t - g).abs().max() / g.abs().max().clamp_min(1e-30)).item()
+            check(rel <= bound, f"{scenario}: parameter {i} differs by {rel} relative (> {bound})")
+    for i, t in enumerate(on_tutti):
+        first = t.clone()
+        dist.broadcast(first, 0)
+        check(torch.equal(first, t), f"{scenario}: ranks disagree on parameter {i}")
+
+
 def world_sizes(sizes):
     """`sizes`, or TUTTI_TORCH_SIZES (comma-separated) where set."""
     if os.environ.get("TUTTI_TORCH_SIZES"):

@@ -75,21 +75,7 @@ def run(rank, size, init):
         start = [p.detach().clone() for p in model.parameters()]
         on_tutti = train(copy.deepcopy(model), world, rank, scenario)
         on_gloo = train(copy.deepcopy(model), gloo, rank, scenario)
-        moved = any(not torch.equal(a, b) for a, b in zip(on_tutti, start))
-        harness.check(moved, f"{scenario}: training did not change the parameters")
-        for i, (t, g) in enumerate(zip(on_tutti, on_gloo)):
-            if size == 2:
-                harness.check(torch.equal(t, g), f"{scenario}: parameter {i} differs at 2 ranks: "
-                              f"max |diff| {(t - g).abs().max().item()}")
-            else:
-                rel = ((t - g).abs().max() / g.abs().max().clamp_min(1e-30)).item()
-                harness.check(rel <= 1e-6,
-                              f"{scenario}: parameter {i} differs by {rel} relative (> 1e-6)")
-        # every rank ends with the same parameters
-        for i, t in enumerate(on_tutti):
-            first = t.clone()
-            dist.broadcast(first, 0)
-            harness.check(torch.equal(first, t), f"{scenario}: ranks disagree on parameter {i}")
+        harness.check_trained(scenario, size, start, on_tutti, on_gloo)
     dist.destroy_process_group()
 
 
