@@ -3,8 +3,8 @@
 # transport next to Gloo's own algorithms, in one invocation, float sum, results checked by the
 # programs. Each "host" is a network namespace; the hosts are joined by veth pairs to a bridge
 # that lives in a namespace of its own (as tests/netns/run.sh does: the machine's own network is
-# untouched), optionally shaped with tc tbf. Every rank of a host runs inside that host's namespace, started
-# with the variables a multi-host launcher sets (RANK, WORLD_SIZE, LOCAL_RANK,
+# untouched), optionally shaped with tc tbf. Every rank of a host runs inside that host's
+# namespace, started with the variables a multi-host launcher sets (RANK, WORLD_SIZE, LOCAL_RANK,
 # LOCAL_WORLD_SIZE=RANKS_PER_HOST, MASTER_ADDR = host 0's address, MASTER_PORT), so ranks of
 # one host share a network namespace (tutti's single copies between them work, as on a real
 # host) and every byte between hosts crosses two (shaped) veth links and the bridge:
@@ -157,12 +157,6 @@ case "$collective" in
   all_reduce | all_gather | reduce_scatter) ;;
   *) die "COLLECTIVE must be all_reduce, all_gather or reduce_scatter" ;;
 esac
-if [[ "$collective" != all_reduce ]]; then
-  for a in "${algos[@]}"; do
-    [[ "$a" != gloo_* || "$collective" == all_gather ]] || die "$a: Gloo has no reduce_scatter"
-    [[ "$a" != gloo_* || "$a" == gloo_ring ]] || die "$a: Gloo's all_gather is one ring: gloo_ring"
-  done
-fi
 prio=()
 if [[ -n "${PRIO:-}" ]]; then
   [[ "$PRIO" =~ ^[1-9][0-9]?$ ]] || die "PRIO must be a real-time priority, 1-99"
@@ -291,6 +285,9 @@ for a in "${algos[@]}"; do
   if [[ "$a" == gloo_* ]]; then
     [[ " $theirs " == *" ${a#gloo_} "* ]] ||
       die "ALGOS: '$a': tutti-bench-gloo's algorithms are $theirs (as gloo_NAME)"
+    [[ "$collective" != reduce_scatter ]] || die "$a: Gloo has no reduce_scatter"
+    [[ "$collective" != all_gather || "$a" == gloo_ring ]] ||
+      die "$a: Gloo's all_gather is one ring: gloo_ring"
   elif [[ "$a" == torch_* ]]; then
     [[ "$a" =~ ^torch_(gloo|tutti(@(shm|gloo|cluster))?)$ ]] ||
       die "ALGOS: '$a': the torch entries are torch_gloo, torch_tutti and torch_tutti@T (T: shm, gloo, cluster)"

@@ -52,15 +52,12 @@ def sizes(lo, hi):
         s *= 4
 
 
-def timed(t, group, calls, call=None):
-    """Seconds per call of all_reduce(t) (or of `call()`), after a barrier."""
+def timed(call, group, calls):
+    """Seconds per `call()`, after a barrier on `group`."""
     dist.barrier(group=group)
     start = time.perf_counter()
     for _ in range(calls):
-        if call is None:
-            dist.all_reduce(t, group=group)
-        else:
-            call()
+        call()
     return (time.perf_counter() - start) / calls
 
 
@@ -107,7 +104,7 @@ def worker(rank, size, init, args, out):
 
         def time_one(g, calls):
             t.fill_(1.0)  # repeated sums of ones grow to inf
-            return timed(t, g, calls)
+            return timed(lambda: dist.all_reduce(t, group=g), g, calls)
 
         calls, best = best_of_rounds(groups, time_one, args, args.min_calls)
         check = torch.full((n,), float(rank + 1))
@@ -141,14 +138,14 @@ def launched(args):
     while nbytes <= args.max:
         call, fill, count_wrong = launched_call(args.collective, nbytes, rank, size)
         fill(False)
-        timed(None, None, 5, call)  # warm up (connections, buffers)
+        timed(call, None, 5)  # warm up (connections, buffers)
         calls = args.iters
         if calls is None:  # about 0.2 s; every rank makes the slowest rank's estimate
-            est = torch.tensor([timed(None, None, 2, call)], dtype=torch.float64)
+            est = torch.tensor([timed(call, None, 2)], dtype=torch.float64)
             dist.all_reduce(est, op=dist.ReduceOp.MAX)
             calls = int(min(args.max_calls, max(args.min_calls, 0.2 / est.item())))
         fill(False)
-        dt = torch.tensor([timed(None, None, calls, call)], dtype=torch.float64)
+        dt = torch.tensor([timed(call, None, calls)], dtype=torch.float64)
         dist.all_reduce(dt, op=dist.ReduceOp.MAX)
         fill(True)
         call()
