@@ -16,6 +16,7 @@
 
 #include <doctest/doctest.h>
 
+#include <tutti/algorithm/automatic.hpp>
 #include <tutti/algorithm/recursive_doubling.hpp>
 #include <tutti/algorithm/recursive_halving.hpp>
 #include <tutti/algorithm/ring.hpp>
@@ -317,6 +318,19 @@ TEST_CASE("host map: ranks in blocks host by host; the link a world across hosts
         doctest::Approx(2 * (2.0 + n * 1e-4 + 50.0 + n * 8e-3) + 2 * n * g));
   CHECK(tutti::recursive_doubling::cost(tutti::detail::collective::all_reduce, in).value() ==
         doctest::Approx(2.0 + n * 1e-4 + 50.0 + 2 * n * 8e-3 + 2 * n * g));
+  // A schedule's own copies (ring's and recursive halving's reduce_scatter copy the input into
+  // scratch and their block out) cost a byte on one host, not the link's β: the cheapest byte
+  // the model knows there, a message inside a host.
+  CHECK(m.copy_beta_us_per_byte == 1e-4);
+  CHECK(in.cb == 1e-4);
+  // ring, flat and one flow per link: its steps at the link's α and β.
+  CHECK(tutti::detail::predicted_cost<tutti::ring>(tutti::detail::collective::reduce_scatter, in) ==
+        doctest::Approx(3 * 50.0 + 0.75 * n * (8e-3 + g) + 2 * n * 1e-4));
+  // recursive halving's reduce_scatter, flat: both ranks of a host on its link at every step.
+  CHECK(tutti::recursive_halving::cost(tutti::detail::collective::reduce_scatter, in).value() ==
+        doctest::Approx(2 * 50.0 + 0.75 * n * (2 * 8e-3 + g) + 2 * n * 1e-4));
+  // On one host a copy is priced at β, as before.
+  CHECK(tutti::detail::cost_inputs(n, 4, base).cb == base.beta_us_per_byte);
   // 3 hosts: not a power of two, so the flat view (the slower level, the link shared by 2).
   const tutti::cost_model m3 =
       link.apply(base, map_identities({"a", "a", "b", "b", "c", "c"}, 0), 2.0, 1e-4);

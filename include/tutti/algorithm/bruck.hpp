@@ -21,9 +21,9 @@ struct bruck {
     const double n = in.n, a = in.a, b = in.b, lg = in.lg;
     switch (k) {
       case detail::collective::all_gather:
-        return lg * a + in.frac * n * b + n * b;
+        return lg * a + in.frac * n * b + n * in.cb;
       case detail::collective::all_to_all:
-        return lg * a + n / 2 * lg * b + 2 * n * b;
+        return lg * a + n / 2 * lg * b + 2 * n * in.cb;
       case detail::collective::barrier:
         return in.dissemination_barrier();
       default:

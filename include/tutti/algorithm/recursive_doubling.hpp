@@ -39,7 +39,7 @@ struct recursive_doubling {
       case detail::collective::all_reduce:
         return lg * (a + n * b + n * g) + in.fold;
       case detail::collective::all_gather:  // Bruck's extra copy when p is not a power of two
-        return lg * a + in.frac * n * b + (in.pow2 ? 0.0 : n * b);
+        return lg * a + in.frac * n * b + (in.pow2 ? 0.0 : n * in.cb);
       case detail::collective::barrier:
         return in.dissemination_barrier();
       default:

@@ -49,7 +49,7 @@ struct recursive_halving {
       case detail::collective::all_reduce:  // the all-gather's receives are posted early
         return lg * (a + in.a1) + 2 * in.frac * n * b + in.frac * n * g + in.fold;
       case detail::collective::reduce_scatter:
-        return lg * a + in.frac * n * (b + g) + 2 * n * b + in.fold;
+        return lg * a + in.frac * n * (b + g) + 2 * n * in.cb + in.fold;
       case detail::collective::barrier:
         return in.dissemination_barrier();
       default:

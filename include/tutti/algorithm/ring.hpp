@@ -39,7 +39,7 @@ struct ring {
       case detail::collective::all_gatherv:
         return (p - 1) * a + in.frac * n * b;
       case detail::collective::reduce_scatter:
-        return (p - 1) * a + in.frac * n * (b + g) + 2 * n * b;
+        return (p - 1) * a + in.frac * n * (b + g) + 2 * n * in.cb;
       case detail::collective::barrier:
         return in.dissemination_barrier();
       default:

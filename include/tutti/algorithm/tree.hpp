@@ -45,7 +45,7 @@ struct tree {
         return lg * (a + n * b);
       case detail::collective::gather:
       case detail::collective::scatter:
-        return lg * a + in.frac * n * b + n * b;
+        return lg * a + in.frac * n * b + n * in.cb;
       case detail::collective::barrier:
         return in.dissemination_barrier();
       default:

@@ -18,6 +18,11 @@ struct cost_model {
   double gamma_us_per_byte = 1e-4;
   /// Copying a byte into or out of the shared segment (direct's schedules); 0: same as β.
   double segment_beta_us_per_byte = 0.0;
+  /// Copying a byte within a rank's own memory: a schedule's packing, unpacking and final
+  /// rotation (ring's and recursive halving's reduce_scatter, Bruck's all_gather, ...); 0: same
+  /// as β. Set where β becomes a host link's (link_settings::apply): the world's β on one host,
+  /// so that a copy is not priced as bytes over the link.
+  double copy_beta_us_per_byte = 0.0;
   /// Ranks per CPU on the world's most crowded host; above 1, ranks wait for CPUs as well as
   /// for messages, and tutti::automatic weighs the work of every rank of that host, not only
   /// the slowest rank's path (a policy's `crowded_all_reduce`). 0: not known (not crowded).
@@ -71,6 +76,7 @@ struct cost_inputs {
         b(costs.beta_us_per_byte),
         g(costs.gamma_us_per_byte),
         bs(costs.segment_beta_us_per_byte > 0 ? costs.segment_beta_us_per_byte : b),
+        cb(copy_beta(costs)),
         lg(std::ceil(std::log2(p))),
         pow2((world & (world - 1)) == 0),
         frac((p - 1) / p),
@@ -89,10 +95,22 @@ struct cost_inputs {
   double a1;  // α of a message whose receive was posted in time (tree's)
   double b, g;
   double bs;    // β of a copy into or out of the shared segment
+  double cb;    // β of a copy within a rank's memory (cost_model::copy_beta_us_per_byte)
   double lg;    // ceil(lg p): steps of the recursive and binomial schedules
   bool pow2;    // p is a power of two
   double frac;  // (p - 1) / p
   double fold;  // the extra steps of recursive schedules when p is not a power of two
+
+  /// β of a copy within a rank's memory: β, or less where the model knows a cheaper byte (a
+  /// copy costs no more than a message's byte on one host: across hosts, β is the link's).
+  [[nodiscard]] static double copy_beta(const cost_model& m) noexcept {
+    double c = m.beta_us_per_byte;
+    if (m.copy_beta_us_per_byte > 0) c = std::min(c, m.copy_beta_us_per_byte);
+    if (m.hosts > 1)
+      for (const double x : {m.local_beta_us_per_byte, m.flat_local_beta_us_per_byte})
+        if (x > 0) c = std::min(c, x);
+    return c;
+  }
 
   /// Ranks outnumber the CPUs of the most crowded host (see cost_model::ranks_per_cpu).
   [[nodiscard]] bool crowded() const noexcept { return m.ranks_per_cpu > 1 && ranks > 1; }
@@ -118,6 +136,7 @@ struct cost_inputs {
     s.local_beta_us_per_byte *= r;
     s.flat_local_alpha_us *= r;
     s.flat_local_beta_us_per_byte *= r;
+    s.copy_beta_us_per_byte *= r;
     return {n, ranks, s, segment, slot_bytes};
   }
   /// Whether the world spans hosts in two levels (tutti::layered): m's α and β are then a
@@ -169,6 +188,7 @@ struct cost_inputs {
       s.beta_us_per_byte = std::max(s.beta_us_per_byte, flat_local_beta_us_per_byte());
     }
     s.hosts = 0;
+    s.copy_beta_us_per_byte = cb;  // a copy stays inside the rank
     return {n, ranks, s, segment, slot_bytes};
   }
   /// β-time of one message of `bytes`.
