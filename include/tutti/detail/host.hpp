@@ -100,11 +100,10 @@ struct link_settings {
   [[nodiscard]] cost_model apply(cost_model m, const host_map& h, double local_alpha_us,
                                  double local_beta_us_per_byte) const noexcept {
     if (h.hosts <= 1) return m;
-    if (m.copy_beta_us_per_byte == 0) {  // a copy costs what a byte on one host does, at most
-      m.copy_beta_us_per_byte = m.beta_us_per_byte;
-      for (const double b : {local_beta_us_per_byte, m.segment_beta_us_per_byte})
-        if (b > 0) m.copy_beta_us_per_byte = std::min(m.copy_beta_us_per_byte, b);
-    }
+    if (m.copy_beta_us_per_byte == 0)  // a copy costs what a byte on one host does, at most
+      m.copy_beta_us_per_byte = local_beta_us_per_byte > 0
+                                    ? std::min(m.beta_us_per_byte, local_beta_us_per_byte)
+                                    : m.beta_us_per_byte;
     if (gbps > 0) m.beta_us_per_byte = 8e-3 / gbps;
     if (alpha_us > 0) m.alpha_us = alpha_us;
     if (h.blocked()) {
