@@ -76,19 +76,20 @@ template <class T>
 template <class P>
 [[nodiscard]] double predicted_cost(collective k, const cost_inputs& in) noexcept {
   if (in.across_hosts()) {
+    // On a crowded machine (simulated hosts) what waits for a CPU is stretched, a host link's
+    // bytes and α not, flat or levels-priced alike (cost_inputs::crowded_across_hosts; a flat
+    // policy's crowded_all_reduce would count every rank's bytes over its own link as work for
+    // one host's CPUs: ring at 4 x 1 priced 1.7x its measured time at 4 MiB). A flat policy
+    // then sees the slower level of that.
+    const cost_inputs levels =
+        k == collective::all_reduce && in.crowded() ? in.crowded_across_hosts() : in;
     const cost_inputs seen = [&] {
       if constexpr (requires { P::prices_levels; })
-        return in;
+        return levels;
       else
-        return in.flat_across_hosts(!requires { P::one_flow_per_link; });
+        return levels.flat_across_hosts(!requires { P::one_flow_per_link; });
     }();
-    // On a crowded machine (simulated hosts) what waits for a CPU is stretched, a host link's
-    // bytes not, flat or levels-priced alike (cost_inputs::crowded_across_hosts; a flat
-    // policy's crowded_all_reduce would count every rank's bytes over its own link as work for
-    // one host's CPUs: ring at 4 x 1 priced 1.7x its measured time at 4 MiB).
-    return P::cost(k,
-                   k == collective::all_reduce && in.crowded() ? seen.crowded_across_hosts() : seen)
-        .value_or(std::numeric_limits<double>::infinity());
+    return P::cost(k, seen).value_or(std::numeric_limits<double>::infinity());
   }
   if (k == collective::all_reduce && in.crowded()) {
     if constexpr (requires { P::crowded_all_reduce(in); })

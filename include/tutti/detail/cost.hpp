@@ -120,16 +120,19 @@ struct cost_inputs {
     u.ranks_per_cpu = 0;
     return {n, ranks, u, segment, slot_bytes};
   }
-  /// The same call across hosts on a crowded machine (simulated hosts), as a policy that
-  /// prices the levels sees it: what waits for a CPU stretched by the ranks per CPU, a host
-  /// link's bytes not — every α, the bytes inside a host and the reduction, and an exchange's
-  /// α once more, since its crossings need both partners (and, over Gloo, their loop threads)
-  /// running at once, where a tree's message needs its receiver only (bench/RESULTS.md: at two
-  /// ranks per CPU an exchange step across hosts cost four of tree's messages, two uncrowded).
+  /// The same call across hosts on a crowded machine (simulated hosts): what waits for a CPU
+  /// stretched by the ranks per CPU, a host link's bytes not — the α and β of a message inside
+  /// a host, the reduction, a copy, and an exchange's α, since an exchange's crossings need
+  /// both partners (and, over Gloo, their loop threads) running at once, where a tree's message
+  /// needs its receiver only. The link's own α is not stretched: it is what a message between
+  /// hosts costs as seen from these ranks' machine (tutti::gloo's probe times it there, with
+  /// their threads woken as a collective's are). Stretched as well, it priced a tree message
+  /// across hosts at twice its measured time on 2 × 2 and 4 × 1 at two ranks per CPU
+  /// (bench/RESULTS.md, "The link's α on a crowded machine"). Policies that price the levels
+  /// read this; a flat policy reads its flat_across_hosts().
   [[nodiscard]] cost_inputs crowded_across_hosts() const noexcept {
     cost_model s = m;
     const double r = m.ranks_per_cpu;
-    s.alpha_us *= r;
     s.exchange_alphas *= r;
     s.gamma_us_per_byte *= r;
     s.local_alpha_us *= r;
