@@ -50,9 +50,14 @@
 #                                   FRAMES=whole, else max(256 KiB, 2 ms at RATE)
 #   TBF_LATENCY (50ms)              tbf latency (tc time syntax): the queue it may hold
 #   TBF_PEAKRATE (unset)            tbf peakrate (tc rate syntax, above RATE): the fastest the
-#                                   bucket may drain, in a second bucket of two frames (tbf's
-#                                   mtu), so a message after a pause passes at no more than it
-#                                   instead of at the veth's speed
+#                                   bucket may drain, in a second bucket of TBF_PEAK_FRAMES
+#                                   frames (tbf's mtu), so a message after a pause passes at no
+#                                   more than it instead of at the veth's speed, but for its first
+#                                   TBF_PEAK_FRAMES frames, which that bucket lets through at once
+#   TBF_PEAK_FRAMES (2)             frames in that second bucket, 1 or more: with 2 and 9000-byte
+#                                   frames, a message of up to 18 KB pays no rate after a pause
+#                                   (ring's 16 KiB steps on 2 x 2 at 64 KiB took 0.72x the time
+#                                   they took with 1: bench/RESULTS.md)
 #   COLLECTIVE (all_reduce)         all_reduce, all_gather or reduce_scatter (sizes: the whole
 #                                   gathered or scattered vector, as nccl-tests); Gloo has one
 #                                   all_gather (gloo_ring: a ring) and no reduce_scatter; torch_*
@@ -229,7 +234,10 @@ if [[ -n "$rate" ]]; then
   if [[ -n "${TBF_PEAKRATE:-}" ]]; then
     peak="$(rate_bits "$TBF_PEAKRATE")" || die "TBF_PEAKRATE '$TBF_PEAKRATE' is not a tc rate"
     ((peak > bits)) || die "TBF_PEAKRATE must be above RATE"
-    tbf+=(peakrate "$TBF_PEAKRATE" mtu $((2 * mtu + 64)))
+    peak_frames="${TBF_PEAK_FRAMES:-2}"
+    [[ "$peak_frames" =~ ^[1-9][0-9]*$ ]] ||
+      die "TBF_PEAK_FRAMES must be a whole number of frames, 1 or more"
+    tbf+=(peakrate "$TBF_PEAKRATE" mtu $((peak_frames * mtu + 64)))
   fi
 fi
 

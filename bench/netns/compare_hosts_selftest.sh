@@ -4,9 +4,9 @@
 # STAT=median. Checks the exit status, that the table has a row per size, and that every cell
 # is the median of the three runs' times in OUT (as printed, one decimal); a CPU=1 run, whose
 # table must give each algorithm's CPU per call from the per-rank CPU times it kept; and that
-# bad ITERS, STAT and CPU settings exit 2 with their message; and COLLECTIVE=all_gather on
-# 2 hosts x 2 ranks (tutti's ring and hierarchical, Gloo's ring), whose runs must be all_gather's,
-# checked, and bad COLLECTIVE settings refused.
+# bad ITERS, STAT, CPU and TBF_PEAK_FRAMES settings exit 2 with their message; and
+# COLLECTIVE=all_gather on 2 hosts x 2 ranks (tutti's ring and hierarchical, Gloo's ring),
+# whose runs must be all_gather's, checked, and bad COLLECTIVE settings refused.
 # With TORCH_PY (a Python with torch and tutti_torch: scripts/torch-tests.sh passes it), the
 # torch entries instead: 2 hosts x 2 ranks, torch_tutti, torch_tutti@gloo and torch_gloo at
 # 64-128 KiB, 2 rounds: each cell the median of its runs (the mean of the two), the ratio to torch_gloo, the
@@ -125,6 +125,8 @@ ALGOS="ring gloo_ring" refuses "$here/compare_hosts.sh" COLLECTIVE=reduce_scatte
   "gloo_ring: Gloo has no reduce_scatter"
 ALGOS="ring gloo_bcube" refuses "$here/compare_hosts.sh" COLLECTIVE=all_gather \
   "gloo_bcube: Gloo's all_gather is one ring: gloo_ring"
+RATE=1gbit TBF_PEAKRATE=1.05gbit refuses "$here/compare_hosts.sh" TBF_PEAK_FRAMES=0 \
+  "TBF_PEAK_FRAMES must be a whole number of frames, 1 or more"
 unset MINBYTES MAXBYTES BIN_DIR
 
 first_run HOSTS=2 RANKS_PER_HOST=1 MINBYTES=4K MAXBYTES=16K ROUNDS=3 ITERS=3 STAT=median \
