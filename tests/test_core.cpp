@@ -935,9 +935,10 @@ string_view pick_across_hosts(int hosts, int per_host, double per_cpu, std::size
 
 TEST_CASE("automatic across simulated hosts on a crowded machine: tree for small vectors") {
   // Hosts that share 2 CPUs (bench/netns: every "host" a namespace of one machine), 1 Gbit/s
-  // links: crowding stretches what waits for a CPU (every α, an exchange's twice, bytes inside
-  // a host), not the wire. Measured (bench/RESULTS.md), tree is fastest up to 16 KiB on 4 x 1
-  // and up to 128 KiB on 2 x 2, recursive halving from 512 KiB on 2 x 2.
+  // links: crowding stretches what waits for a CPU (an exchange's α, a message inside a host),
+  // not the link (its bytes, its α). Measured (bench/RESULTS.md), tree is fastest up to 16 KiB
+  // on 4 x 1 and 2 x 2, recursive halving from 512 KiB on 2 x 2 ("The link's α on a crowded
+  // machine": from 32 KiB).
   const auto pick = [](int hosts, int per_host, double per_cpu, std::size_t bytes) {
     return pick_across_hosts(hosts, per_host, per_cpu, bytes);
   };
