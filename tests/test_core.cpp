@@ -963,7 +963,7 @@ TEST_CASE("across crowded simulated hosts the link's bytes and α are not CPU wo
   // 4 MiB, about the link's 2 (p - 1)/p n alone; priced as a crowded host's work (every rank's
   // link bytes on the host's CPUs) it came to 27.5 and 103.6 ms. Nor the link's α, measured on
   // the crowded machine itself ("The link's α on a crowded machine": a tree message across
-  // hosts took 1.0-1.3x the probed α, not 2x): tree's messages between hosts cost it as it is.
+  // hosts took 1.2x the probed α, not 2x): tree's messages between hosts cost it as it is.
   const tutti::cost_model m = across_hosts_model(4, 1, 2.0, 45, 1.0, false);
   const double r = 2.0, p = 4, frac = (p - 1) / p, lg = 2;
   for (const double n : {4.0, 65536.0, 4194304.0}) {

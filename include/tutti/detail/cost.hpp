@@ -127,9 +127,9 @@ struct cost_inputs {
   /// needs its receiver only. The link's own α is not stretched: it is what a message between
   /// hosts costs as seen from these ranks' machine (tutti::gloo's probe times it there, with
   /// their threads woken as a collective's are). Stretched as well, it priced a tree message
-  /// across hosts at twice its measured time on 2 × 2 and 4 × 1 at two ranks per CPU
-  /// (bench/RESULTS.md, "The link's α on a crowded machine"). Policies that price the levels
-  /// read this; a flat policy reads its flat_across_hosts().
+  /// across hosts at 1.6x its measured time on 4 × 1 at two ranks per CPU (a message took 1.2
+  /// probed α's: bench/RESULTS.md, "The link's α on a crowded machine"). Policies that price
+  /// the levels read this; a flat policy reads its flat_across_hosts().
   [[nodiscard]] cost_inputs crowded_across_hosts() const noexcept {
     cost_model s = m;
     const double r = m.ranks_per_cpu;
