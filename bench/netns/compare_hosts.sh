@@ -54,10 +54,10 @@
 #                                   frames (tbf's mtu), so a message after a pause passes at no
 #                                   more than it instead of at the veth's speed, but for its first
 #                                   TBF_PEAK_FRAMES frames, which that bucket lets through at once
-#   TBF_PEAK_FRAMES (2)             frames in that second bucket, 1 or more: with 2 and 9000-byte
-#                                   frames, a message of up to 18 KB pays no rate after a pause
-#                                   (ring's 16 KiB steps on 2 x 2 at 64 KiB took 0.72x the time
-#                                   they took with 1: bench/RESULTS.md)
+#   TBF_PEAK_FRAMES (2)             frames in that second bucket, 1 or more (needs TBF_PEAKRATE):
+#                                   with 2 and 9000-byte frames, a message of up to 18 KB pays no
+#                                   rate after a pause (ring's 16 KiB steps on 2 x 2 at 64 KiB
+#                                   took 0.72x the time they took with 1: bench/RESULTS.md)
 #   COLLECTIVE (all_reduce)         all_reduce, all_gather or reduce_scatter (sizes: the whole
 #                                   gathered or scattered vector, as nccl-tests); Gloo has one
 #                                   all_gather (gloo_ring: a ring) and no reduce_scatter; torch_*
@@ -223,6 +223,8 @@ mtu="${MTU:-$([[ "$frames" == whole ]] && echo 9000 || echo 1500)}"
 if [[ "$frames" == whole ]]; then
   command -v ethtool >/dev/null || skip "FRAMES=whole needs ethtool (apt-get install ethtool)"
 fi
+[[ -z "${TBF_PEAK_FRAMES:-}" || -n "${TBF_PEAKRATE:-}" ]] ||
+  die "TBF_PEAK_FRAMES sizes TBF_PEAKRATE's bucket: set TBF_PEAKRATE (and RATE) as well"
 if [[ -n "$rate" ]]; then
   bits="$(rate_bits "$rate")" || die "RATE '$rate' is not a tc rate such as 1gbit, 100mbit, 10gbit"
   if [[ "$frames" == whole ]]; then

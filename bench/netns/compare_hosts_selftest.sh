@@ -127,6 +127,8 @@ ALGOS="ring gloo_bcube" refuses "$here/compare_hosts.sh" COLLECTIVE=all_gather \
   "gloo_bcube: Gloo's all_gather is one ring: gloo_ring"
 RATE=1gbit TBF_PEAKRATE=1.05gbit refuses "$here/compare_hosts.sh" TBF_PEAK_FRAMES=0 \
   "TBF_PEAK_FRAMES must be a whole number of frames, 1 or more"
+RATE=1gbit refuses "$here/compare_hosts.sh" TBF_PEAK_FRAMES=1 \
+  "TBF_PEAK_FRAMES sizes TBF_PEAKRATE's bucket: set TBF_PEAKRATE (and RATE) as well"
 unset MINBYTES MAXBYTES BIN_DIR
 
 first_run HOSTS=2 RANKS_PER_HOST=1 MINBYTES=4K MAXBYTES=16K ROUNDS=3 ITERS=3 STAT=median \
