@@ -3,7 +3,7 @@
 # transport next to Gloo's own algorithms, in one invocation, float sum, results checked by the
 # programs. Each "host" is a network namespace; the hosts are joined by veth pairs to a bridge
 # that lives in a namespace of its own (as tests/netns/run.sh does: the machine's own network is
-# untouched), optionally shaped with tc tbf. Every rank of a host runs inside that host's
+# untouched), optionally shaped with tc tbf or htb. Every rank of a host runs inside that host's
 # namespace, started with the variables a multi-host launcher sets (RANK, WORLD_SIZE, LOCAL_RANK,
 # LOCAL_WORLD_SIZE=RANKS_PER_HOST, MASTER_ADDR = host 0's address, MASTER_PORT), so ranks of
 # one host share a network namespace (tutti's single copies between them work, as on a real
@@ -38,7 +38,7 @@
 #   HOSTS (2)                       simulated hosts (network namespaces), 1..250
 #   RANKS_PER_HOST (2)              ranks (processes) per host
 #   RATE (unset: unshaped)          tc rate of every host's link, both directions (e.g. 1gbit,
-#                                   100mbit): a tbf qdisc on the host's end of its veth (its
+#                                   100mbit): a SHAPER qdisc on the host's end of its veth (its
 #                                   egress) and one on the bridge's end (its ingress)
 #   FRAMES (gso)                    gso: the veths' defaults (64 KiB GSO packets), which need a
 #                                   tbf bucket of 256 KiB (see below); whole: every link sends
@@ -46,6 +46,13 @@
 #                                   MTU bytes, so the bucket can be a few frames and a message
 #                                   pays RATE from its first byte, as on a real link
 #   MTU (9000 with FRAMES=whole)    every link's MTU (jumbo frames, as cluster networks use)
+#   SHAPER (tbf)                    the qdisc that shapes each link at RATE: tbf, or htb (one
+#                                   class of rate = ceil = RATE, its buckets HTB_BURST; needs
+#                                   FRAMES=whole): htb with buckets of one frame carries the
+#                                   line rate both ways and charges a message RATE from its
+#                                   second frame, where tbf with a bucket that small loses a
+#                                   quarter of the rate to its late timer (see below)
+#   HTB_BURST (one frame: MTU + 64) htb's burst and cburst in bytes (tc size syntax)
 #   TBF_BURST (see below)           tbf burst in bytes (tc size syntax); default 32 KiB with
 #                                   FRAMES=whole, else max(256 KiB, 2 ms at RATE)
 #   TBF_LATENCY (50ms)              tbf latency (tc time syntax): the queue it may hold
@@ -108,7 +115,8 @@
 #   PRIO (unset)                    run every rank under `chrt -f PRIO` (see bench/compare_gloo.sh;
 #                                   only with HOSTS * RANKS_PER_HOST <= cores)
 # Exit status: 0; 1 if a run failed or reported wrong results; 2 on a usage/setup error;
-# 77 when it cannot run here (not root, no `ip netns`, no tbf with RATE), the reason on stdout.
+# 77 when it cannot run here (not root, no `ip netns`, no tbf or htb with RATE), the reason on
+# stdout.
 # Everything it made (namespaces, links, processes, temporary files; not OUT) is removed on
 # exit, also on failure or Ctrl-C.
 set -euo pipefail
@@ -209,12 +217,21 @@ rate_bits() {
 #    steps among them) up to `burst` bytes pass above RATE (256 KiB at 4.8 Gbit/s), so below 1
 #    MiB every schedule runs faster than a real link allows, and a schedule of many steps gets a
 #    burst at each.
+#  - SHAPER=htb, FRAMES=whole, burst = cburst = one frame: both directions at the line rate
+#    (iperf3 --bidir 0.97-0.98 Gbit/s, no retransmissions), where tbf with a one-frame bucket
+#    (burst, or peakrate's mtu) carries 0.75-0.78 (0.81-0.92 with peakrate 1.2-1.4gbit): tbf
+#    drops the tokens its late timer would have earned, htb does not. A message after a pause
+#    (TCP ping-pong, medians of 80) costs its bytes at RATE but for its first frame: 16 KiB
+#    115-123 us against 98 unshaped, 64 KiB 543-560 (wire: 530 + alpha), 1 MiB 8,695-8,718
+#    (8,473 + alpha); tbf with its default 32 KiB burst and a peak bucket of two frames passes
+#    32 KiB in 203 us (265 at RATE), the two frames for free. htb's queue is the veth's
+#    (txqueuelen 1000 frames).
 #  - latency sets the queue: limit = RATE x latency + burst. A queue that overflows drops, and a
 #    lost segment can cost TCP a 200 ms retransmission timeout, which would swamp a collective.
 #    Three hosts sending into one (incast, as several hosts' steps can do with HOSTS >= 3)
 #    dropped ~1800 packets at 2ms, 9 at 10ms, none at 50ms; aggregate throughput was the line
 #    rate in all three. The queue delays packets only while senders outrun the link.
-tbf=()
+shape=()
 frames="${FRAMES:-gso}"
 [[ "$frames" == whole || "$frames" == gso ]] || die "FRAMES must be whole or gso"
 mtu="${MTU:-$([[ "$frames" == whole ]] && echo 9000 || echo 1500)}"
@@ -225,21 +242,38 @@ if [[ "$frames" == whole ]]; then
 fi
 [[ -z "${TBF_PEAK_FRAMES:-}" || -n "${TBF_PEAKRATE:-}" ]] ||
   die "TBF_PEAK_FRAMES sizes TBF_PEAKRATE's bucket: set TBF_PEAKRATE (and RATE) as well"
-if [[ -n "$rate" ]]; then
+shaper="${SHAPER:-tbf}"
+[[ "$shaper" == tbf || "$shaper" == htb ]] || die "SHAPER must be tbf or htb"
+if [[ "$shaper" == htb ]]; then
+  [[ -n "$rate" ]] || die "SHAPER=htb shapes at RATE: set RATE as well"
+  [[ "$frames" == whole ]] ||
+    die "SHAPER=htb needs FRAMES=whole (its one-frame buckets would split 64 KiB GSO packets)"
+  for v in TBF_BURST TBF_LATENCY TBF_PEAKRATE TBF_PEAK_FRAMES; do
+    [[ -z "${!v:-}" ]] || die "$v sets tbf: not with SHAPER=htb (HTB_BURST sets htb's buckets)"
+  done
+elif [[ -n "${HTB_BURST:-}" ]]; then
+  die "HTB_BURST sets htb's buckets: set SHAPER=htb (and RATE) as well"
+fi
+if [[ -n "$rate" && "$shaper" == htb ]]; then
+  bits="$(rate_bits "$rate")" || die "RATE '$rate' is not a tc rate such as 1gbit, 100mbit, 10gbit"
+  hburst="${HTB_BURST:-$((mtu + 64))}"
+  # The class's arguments; each link's root qdisc is `htb default 1`, its class 1:1 these.
+  shape=(htb rate "$rate" ceil "$rate" burst "$hburst" cburst "$hburst" quantum $((mtu + 64)))
+elif [[ -n "$rate" ]]; then
   bits="$(rate_bits "$rate")" || die "RATE '$rate' is not a tc rate such as 1gbit, 100mbit, 10gbit"
   if [[ "$frames" == whole ]]; then
     burst="${TBF_BURST:-32768}"
   else
     burst="${TBF_BURST:-$(((bits / 8 / 500) > 262144 ? bits / 8 / 500 : 262144))}"
   fi
-  tbf=(tbf rate "$rate" burst "$burst" latency "${TBF_LATENCY:-50ms}")
+  shape=(tbf rate "$rate" burst "$burst" latency "${TBF_LATENCY:-50ms}")
   if [[ -n "${TBF_PEAKRATE:-}" ]]; then
     peak="$(rate_bits "$TBF_PEAKRATE")" || die "TBF_PEAKRATE '$TBF_PEAKRATE' is not a tc rate"
     ((peak > bits)) || die "TBF_PEAKRATE must be above RATE"
     peak_frames="${TBF_PEAK_FRAMES:-2}"
     [[ "$peak_frames" =~ ^[1-9][0-9]*$ ]] ||
       die "TBF_PEAK_FRAMES must be a whole number of frames, 1 or more"
-    tbf+=(peakrate "$TBF_PEAKRATE" mtu $((peak_frames * mtu + 64)))
+    shape+=(peakrate "$TBF_PEAKRATE" mtu $((peak_frames * mtu + 64)))
   fi
 fi
 
@@ -349,10 +383,18 @@ for ((h = 0; h < hosts; h++)); do
       die "TCP_CC=$TCP_CC: refused; a namespace may pick one of net.ipv4.tcp_allowed_congestion_control" \
         "($(sysctl -n net.ipv4.tcp_allowed_congestion_control)), which root sets for the machine"
   fi
-  if ((${#tbf[@]})); then
-    ip netns exec "$ns" tc qdisc add dev eth0 root "${tbf[@]}" 2>/dev/null ||
-      skip "cannot shape a link: 'tc qdisc add ... ${tbf[*]}' failed (no tbf in this kernel?)"
-    ip netns exec "$br" tc qdisc add dev "p$h" root "${tbf[@]}"
+  if [[ "$shaper" == htb && ${#shape[@]} -gt 0 ]]; then
+    for link in "$ns eth0" "$br p$h"; do
+      read -r lns dev <<<"$link"
+      ip netns exec "$lns" tc qdisc add dev "$dev" root handle 1: htb default 1 2>/dev/null ||
+        skip "cannot shape a link: 'tc qdisc add ... htb' failed (no htb in this kernel?)"
+      ip netns exec "$lns" tc class add dev "$dev" parent 1: classid 1:1 "${shape[@]}" ||
+        die "tc refused the htb class: ${shape[*]}"
+    done
+  elif ((${#shape[@]})); then
+    ip netns exec "$ns" tc qdisc add dev eth0 root "${shape[@]}" 2>/dev/null ||
+      skip "cannot shape a link: 'tc qdisc add ... ${shape[*]}' failed (no tbf in this kernel?)"
+    ip netns exec "$br" tc qdisc add dev "p$h" root "${shape[@]}"
   fi
 done
 
@@ -423,7 +465,7 @@ for note in "${notes[@]}"; do placement_notes+="${placement_notes:+; }$note"; do
     "load average before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
   echo "- Gloo: Debian libgloo-dev $(dpkg-query -W -f='${Version}' libgloo-dev 2>/dev/null || echo '?')"
   echo "- hosts: $hosts network namespaces on one bridge (veth), $rph ranks each ($np in all);" \
-    "links: $( ((${#tbf[@]})) && echo "tc ${tbf[*]} (bytes), each direction" || echo unshaped)," \
+    "links: $( ((${#shape[@]})) && echo "tc ${shape[*]} (bytes$([[ "$shaper" == htb ]] && echo ", one class")), each direction" || echo unshaped)," \
     "MTU $mtu, $([[ "$frames" == whole ]] && echo "whole frames (offloads off)" || echo "GSO packets")," \
     "TCP congestion control $(ip netns exec "${tag}h0" sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo '?')"
   echo "- tutti-bench --transport gloo (A@T: --transport T) / tutti-bench-gloo $collective --algo A -b $minbytes -e $maxbytes -a 3 --csv --placement $placement" \

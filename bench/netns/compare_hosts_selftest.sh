@@ -4,7 +4,8 @@
 # STAT=median. Checks the exit status, that the table has a row per size, and that every cell
 # is the median of the three runs' times in OUT (as printed, one decimal); a CPU=1 run, whose
 # table must give each algorithm's CPU per call from the per-rank CPU times it kept; and that
-# bad ITERS, STAT, CPU and TBF_PEAK_FRAMES settings exit 2 with their message; and
+# bad ITERS, STAT, CPU, TBF_PEAK_FRAMES, SHAPER and HTB_BURST settings exit 2 with their
+# message; a SHAPER=htb run at 1 Gbit/s, no faster than its links allow; and
 # COLLECTIVE=all_gather on 2 hosts x 2 ranks (tutti's ring and hierarchical, Gloo's ring),
 # whose runs must be all_gather's, checked, and bad COLLECTIVE settings refused.
 # With TORCH_PY (a Python with torch and tutti_torch: scripts/torch-tests.sh passes it), the
@@ -129,6 +130,14 @@ RATE=1gbit TBF_PEAKRATE=1.05gbit refuses "$here/compare_hosts.sh" TBF_PEAK_FRAME
   "TBF_PEAK_FRAMES must be a whole number of frames, 1 or more"
 RATE=1gbit refuses "$here/compare_hosts.sh" TBF_PEAK_FRAMES=1 \
   "TBF_PEAK_FRAMES sizes TBF_PEAKRATE's bucket: set TBF_PEAKRATE (and RATE) as well"
+RATE=1gbit refuses "$here/compare_hosts.sh" SHAPER=netem "SHAPER must be tbf or htb"
+refuses "$here/compare_hosts.sh" SHAPER=htb "SHAPER=htb shapes at RATE: set RATE as well"
+RATE=1gbit refuses "$here/compare_hosts.sh" SHAPER=htb \
+  "SHAPER=htb needs FRAMES=whole (its one-frame buckets would split 64 KiB GSO packets)"
+SHAPER=htb RATE=1gbit FRAMES=whole refuses "$here/compare_hosts.sh" TBF_BURST=64k \
+  "TBF_BURST sets tbf: not with SHAPER=htb (HTB_BURST sets htb's buckets)"
+RATE=1gbit refuses "$here/compare_hosts.sh" HTB_BURST=9k \
+  "HTB_BURST sets htb's buckets: set SHAPER=htb (and RATE) as well"
 unset MINBYTES MAXBYTES BIN_DIR
 
 first_run HOSTS=2 RANKS_PER_HOST=1 MINBYTES=4K MAXBYTES=16K ROUNDS=3 ITERS=3 STAT=median \
@@ -196,6 +205,32 @@ for a in ("ring", "gloo_ring_chunked"):
     print(("ok  " if good else "FAIL") + f" CPU per call of {a}: {rows.get(a)} (from its ranks' times: {want})")
 sys.exit(0 if ok else 1)
 PY
+fi
+
+# SHAPER=htb: links that carry at most RATE. On 2 hosts x 1 rank, ring's 1 MiB all_reduce
+# sends 1 MiB each way (two steps of 512 KiB) over a link of 1 Gbit/s: no call takes less than
+# 8.39 ms of payload alone (a loaded machine only makes it slower). The check asks for half
+# that, 4.19 ms, which unshaped links (about 1 ms) do not come near.
+st=0
+SHAPER=htb RATE=1gbit FRAMES=whole HOSTS=2 RANKS_PER_HOST=1 MINBYTES=1M MAXBYTES=1M ROUNDS=1 \
+  ITERS=3 ALGOS="ring" BIN_DIR="$bin_dir" OUT="$work/htb" \
+  bash "$here/compare_hosts.sh" >"$work/htb_table" 2>"$work/err" || st=$?
+if ((st != 0)); then
+  bad "compare_hosts.sh SHAPER=htb exited $st"
+  cat "$work/htb_table" "$work/err"
+else
+  want="links: tc htb rate 1gbit ceil 1gbit burst 9064 cburst 9064 quantum 9064 (bytes, one class)"
+  if grep -qF "$want" "$work/htb_table"; then
+    pass "htb links as described"
+  else
+    bad "no '$want' in the table's heading"
+  fi
+  us="$(awk -F'|' '$2 + 0 == 1048576 { print $3 + 0 }' "$work/htb_table")"
+  if [[ -n "$us" ]] && awk -v t="$us" 'BEGIN { exit !(t >= 4194) }'; then
+    pass "ring at 1 MiB over htb links: $us us, at least half the link's minimum (4,194)"
+  else
+    bad "ring at 1 MiB over 1 Gbit/s htb links took '$us' us: under 4,194 the links are not shaped"
+  fi
 fi
 
 collective_run all_gather "ring hierarchical@cluster gloo_ring" BIN_DIR="$bin_dir"
