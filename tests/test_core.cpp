@@ -980,6 +980,36 @@ TEST_CASE("across crowded simulated hosts the link's bytes and α are not CPU wo
   }
 }
 
+TEST_CASE("a flat ring across crowded simulated hosts: one rank of a host crosses in a step") {
+  // Ranks numbered host by host, a ring step crosses each host boundary once each way: one rank
+  // of each host sends across and one receives, the other messages are single copies. Its
+  // exchange's α is stretched by the ranks per CPU times that share (1 / ranks per host), at
+  // least 1: on 2 x 2 at two ranks per CPU not at all (bench/RESULTS.md, "A link that charges
+  // every frame": ring's steps there took about two probed α, as uncrowded), at four twice.
+  // The recursive schedules' steps between hosts cross from every rank: stretched fully.
+  for (const double r : {2.0, 4.0}) {
+    CAPTURE(r);
+    const tutti::cost_model m = across_hosts_model(2, 2, r, 60, 1.0, true);
+    const double p = 4, frac = (p - 1) / p;
+    const double stretch = std::max(1.0, r / 2);
+    for (const double n : {4.0, 65536.0, 1048576.0}) {
+      CAPTURE(n);
+      const tutti::detail::cost_inputs in(n, 4, m);
+      const double ring = 2 * (p - 1) * m.alpha_us * m.exchange_alphas * stretch +
+                          2 * frac * n * m.beta_us_per_byte + frac * n * m.gamma_us_per_byte * r;
+      CHECK(tutti::detail::predicted_cost<tutti::ring>(collective::all_reduce, in) ==
+            doctest::Approx(ring));
+    }
+  }
+  // Hosts of one rank each: that rank is the whole host, and ring's exchange is stretched by
+  // the ranks per CPU as before (the case above).
+  const tutti::cost_model one = across_hosts_model(4, 1, 2.0, 60, 1.0, false);
+  const tutti::detail::cost_inputs small(4.0, 4, one);
+  CHECK(tutti::detail::predicted_cost<tutti::ring>(collective::all_reduce, small) ==
+        doctest::Approx(6 * 60 * one.exchange_alphas * 2 + 2 * 0.75 * 4 * one.beta_us_per_byte +
+                        0.75 * 4 * one.gamma_us_per_byte * 2));
+}
+
 TEST_CASE("automatic across hosts with single copies inside each: recursive halving from 32 KiB") {
   // 2 x 2 on the crowded machine, links sending whole frames (bench/RESULTS.md, "Links that send
   // whole frames": measured 0.996 Gbit/s and 82 µs at join). Recursive halving was the fastest

@@ -80,14 +80,18 @@ template <class P>
     // bytes and α not, flat or levels-priced alike (cost_inputs::crowded_across_hosts; a flat
     // policy's crowded_all_reduce would count every rank's bytes over its own link as work for
     // one host's CPUs: ring at 4 x 1 priced 1.7x its measured time at 4 MiB). A flat policy
-    // then sees the slower level of that.
+    // then sees the slower level of that. A ring that crosses each host boundary once each way
+    // has one rank of a host in a step cross it, whose exchange alone waits on loop threads.
+    constexpr bool one_flow = requires { P::one_flow_per_link; };
     const cost_inputs levels =
-        k == collective::all_reduce && in.crowded() ? in.crowded_across_hosts() : in;
+        k == collective::all_reduce && in.crowded()
+            ? in.crowded_across_hosts(one_flow ? 1.0 / in.m.ranks_per_host : 1.0)
+            : in;
     const cost_inputs seen = [&] {
       if constexpr (requires { P::prices_levels; })
         return levels;
       else
-        return levels.flat_across_hosts(!requires { P::one_flow_per_link; });
+        return levels.flat_across_hosts(!one_flow);
     }();
     return P::cost(k, seen).value_or(std::numeric_limits<double>::infinity());
   }

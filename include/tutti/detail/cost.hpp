@@ -130,10 +130,17 @@ struct cost_inputs {
   /// across hosts at 1.6x its measured time on 4 × 1 at two ranks per CPU (a message took 1.2
   /// probed α's: bench/RESULTS.md, "The link's α on a crowded machine"). Policies that price
   /// the levels read this; a flat policy reads its flat_across_hosts().
-  [[nodiscard]] cost_inputs crowded_across_hosts() const noexcept {
+  /// `crossing_share`: the share of a host's ranks that cross hosts in a step (and whose loop
+  /// threads wait for the CPUs); an exchange's α is stretched by the ranks per CPU times that
+  /// share, at least 1. 1, the default, for schedules whose every rank crosses (the recursive
+  /// ones' steps between hosts); 1 / ranks per host for a flat ring numbered host by host
+  /// (one_flow_per_link), whose other messages are single copies. On 2 × 2 at two ranks per
+  /// CPU ring's steps took about two probed α, an exchange's α unstretched, on 4 × 1 2.6
+  /// (bench/RESULTS.md, "A link that charges every frame").
+  [[nodiscard]] cost_inputs crowded_across_hosts(double crossing_share = 1.0) const noexcept {
     cost_model s = m;
     const double r = m.ranks_per_cpu;
-    s.exchange_alphas *= r;
+    s.exchange_alphas *= std::max(1.0, r * crossing_share);
     s.gamma_us_per_byte *= r;
     s.local_alpha_us *= r;
     s.local_beta_us_per_byte *= r;
