@@ -49,9 +49,10 @@
 #   SHAPER (tbf)                    the qdisc that shapes each link at RATE: tbf, or htb (one
 #                                   class of rate = ceil = RATE, its buckets HTB_BURST; needs
 #                                   FRAMES=whole): htb with buckets of one frame carries the
-#                                   line rate both ways and charges a message RATE from its
-#                                   second frame, where tbf with a bucket that small loses a
-#                                   quarter of the rate to its late timer (see below)
+#                                   line rate both ways and lets at most about one frame of a
+#                                   message pass free after a pause, where tbf with a bucket
+#                                   that small loses a fifth of the rate to its late timer and
+#                                   with a peak bucket of two frames passes two (see below)
 #   HTB_BURST (one frame: MTU + 64) htb's burst and cburst in bytes (tc size syntax)
 #   TBF_BURST (see below)           tbf burst in bytes (tc size syntax); default 32 KiB with
 #                                   FRAMES=whole, else max(256 KiB, 2 ms at RATE)
@@ -218,13 +219,13 @@ rate_bits() {
 #    MiB every schedule runs faster than a real link allows, and a schedule of many steps gets a
 #    burst at each.
 #  - SHAPER=htb, FRAMES=whole, burst = cburst = one frame: both directions at the line rate
-#    (iperf3 --bidir 0.97-0.98 Gbit/s, no retransmissions), where tbf with a one-frame bucket
-#    (burst, or peakrate's mtu) carries 0.75-0.78 (0.81-0.92 with peakrate 1.2-1.4gbit): tbf
+#    (iperf3 --bidir 0.98-0.99 Gbit/s, no retransmissions), where tbf with a one-frame bucket
+#    (burst, or peakrate's mtu) carries 0.75-0.81 (0.81-0.92 with peakrate 1.2-1.4gbit): tbf
 #    drops the tokens its late timer would have earned, htb does not. A message after a pause
-#    (TCP ping-pong, medians of 80) costs its bytes at RATE but for its first frame: 16 KiB
-#    115-123 us against 98 unshaped, 64 KiB 543-560 (wire: 530 + alpha), 1 MiB 8,695-8,718
-#    (8,473 + alpha); tbf with its default 32 KiB burst and a peak bucket of two frames passes
-#    32 KiB in 203 us (265 at RATE), the two frames for free. htb's queue is the veth's
+#    (TCP ping-pong between two namespaces, 2 ms apart, medians of 80; alpha 40 us): at 64 KiB
+#    -1 MiB htb took up to 90 us less than alpha + its bytes at RATE (about one frame: 64 KiB
+#    in 510 us, 1 MiB in 8,531), tbf with a peak bucket of two frames 92-193 us less (478 us,
+#    8,374), tbf with one 0.8x the rate (623 us, 9,933). htb's queue is the veth's
 #    (txqueuelen 1000 frames).
 #  - latency sets the queue: limit = RATE x latency + burst. A queue that overflows drops, and a
 #    lost segment can cost TCP a 200 ms retransmission timeout, which would swamp a collective.
