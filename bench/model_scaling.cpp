@@ -4,7 +4,7 @@
 //
 //   model-scaling [--link-gbps G] [--link-alpha-us A] [--sizes 4,64K,1M,...] [--shapes 1x8,2x4,...]
 //                 [--inside shm|gloo] [--flat-inside copies|tcp] [--ranks-per-cpu R]
-//                 [--collective all_reduce|all_gather|reduce_scatter]
+//                 [--collective all_reduce|all_gather|reduce_scatter] [--format markdown|csv]
 //
 // Inside a host: tutti::shm's costs for hierarchical (tutti::cluster), or with --inside gloo no
 // hierarchical column (a flat tutti::gloo world across hosts); a flat policy's message between
@@ -18,7 +18,10 @@
 // runs them; 0, the default, a CPU per rank). --collective all_gather or reduce_scatter prices
 // that collective instead, each size being the whole gathered or scattered vector (as
 // tutti-bench and nccl-tests count it). Prints one markdown table per size: predicted
-// microseconds per policy, and the pick. No ranks run: this is the model alone.
+// microseconds per policy, and the pick; --format csv prints one line per size, shape and
+// policy instead (collective,hosts,ranks_per_host,bytes,policy,predicted_us,pick: microseconds
+// to a thousandth, the pick that size and shape's), which bench/netns/compare_hosts.sh MODEL=1
+// sets next to its measurements. No ranks run: this is the model alone.
 
 #include <cstdio>
 #include <cstdlib>
@@ -69,6 +72,7 @@ struct settings {
   std::string flat_inside = "copies";
   double per_cpu = 0;
   std::string collective = "all_reduce";
+  std::string format = "markdown";
   std::vector<double> sizes{4, 65536, 1048576, 16777216, 268435456};
   std::vector<std::pair<int, int>> shapes{{1, 8}, {2, 4},  {4, 2},  {2, 8},  {4, 8},
                                           {8, 8}, {16, 8}, {32, 8}, {64, 8}, {128, 8}};
@@ -113,6 +117,8 @@ std::string parse(int argc, char** argv, settings& o) try {
       o.flat_inside = value;
     } else if (flag == "--collective") {
       o.collective = value;
+    } else if (flag == "--format") {
+      o.format = value;
     } else {
       return "unknown flag " + flag;
     }
@@ -121,10 +127,11 @@ std::string parse(int argc, char** argv, settings& o) try {
       (o.flat_inside != "copies" && o.flat_inside != "tcp") || o.per_cpu < 0 || o.sizes.empty() ||
       o.shapes.empty() ||
       (o.collective != "all_reduce" && o.collective != "all_gather" &&
-       o.collective != "reduce_scatter"))
+       o.collective != "reduce_scatter") ||
+      (o.format != "markdown" && o.format != "csv"))
     return "--link-gbps must be > 0, --link-alpha-us >= 0, --inside shm or gloo, --flat-inside "
            "copies or tcp, --ranks-per-cpu >= 0, --sizes and --shapes not empty, --collective "
-           "all_reduce, all_gather or reduce_scatter";
+           "all_reduce, all_gather or reduce_scatter, --format markdown or csv";
   return {};
 } catch (const std::invalid_argument& e) {
   return e.what();
@@ -192,6 +199,36 @@ int main(int argc, char** argv) {
           return true;
     return false;
   };
+  // Each policy shown, priced for one size and shape (infinity: it predicts nothing there),
+  // and automatic's pick among them.
+  const auto priced = [&](std::pair<int, int> shape, double bytes) {
+    const auto in = model_of(shape, bytes);
+    std::vector<std::pair<const char*, double>> costs;
+    std::string pick;
+    double pick_cost = std::numeric_limits<double>::infinity();
+    candidates::for_each([&]<class P>() {
+      if (!shown.template operator()<P>()) return;
+      const double c = tutti::detail::predicted_cost<P>(k, in);
+      costs.emplace_back(P::name, c);
+      if (c < pick_cost) {
+        pick_cost = c;
+        pick = P::name;
+      }
+    });
+    return std::pair{costs, pick};
+  };
+  if (o.format == "csv") {
+    std::printf("collective,hosts,ranks_per_host,bytes,policy,predicted_us,pick\n");
+    for (const double bytes : o.sizes)
+      for (const auto& shape : o.shapes) {
+        const auto [costs, pick] = priced(shape, bytes);
+        for (const auto& [name, c] : costs)
+          if (c < std::numeric_limits<double>::infinity())
+            std::printf("%s,%d,%d,%.0f,%s,%.3f,%s\n", o.collective.c_str(), shape.first,
+                        shape.second, bytes, name, c, pick.c_str());
+      }
+    return 0;
+  }
   std::printf(
       "Link between hosts: %g Gbit/s, α %g µs; inside a host: tutti::%s's costs, a flat "
       "policy's message %s.\n\n",
@@ -209,21 +246,12 @@ int main(int argc, char** argv) {
     });
     std::printf("---|\n");
     for (const auto& shape : o.shapes) {
-      const auto in = model_of(shape, bytes);
       std::printf("| %d × %d | %d |", shape.first, shape.second, shape.first * shape.second);
-      std::string best;
-      double best_cost = std::numeric_limits<double>::infinity();
-      candidates::for_each([&]<class P>() {
-        if (!shown.template operator()<P>()) return;
-        const double c = tutti::detail::predicted_cost<P>(k, in);
+      const auto [costs, pick] = priced(shape, bytes);
+      for (const auto& [name, c] : costs)
         std::printf(" %s |",
                     c == std::numeric_limits<double>::infinity() ? "–" : micros(c).c_str());
-        if (c < best_cost) {
-          best_cost = c;
-          best = P::name;
-        }
-      });
-      std::printf(" %s |\n", best.c_str());
+      std::printf(" %s |\n", pick.c_str());
     }
     std::printf("\n");
   }

@@ -79,6 +79,17 @@
 #                                   of each rank's process, divided by ITERS + 5 warm-up calls;
 #                                   connecting and the one checked call are included, so use a
 #                                   large ITERS). Needs ITERS and one size (MINBYTES = MAXBYTES)
+#   MODEL (unset)                   1: also the alpha-beta-gamma model next to the measurement
+#                                   (HOSTS >= 2): model-scaling (from BIN_DIR) prices each of
+#                                   tutti's policies that ran and that it prices (ring, tree,
+#                                   recursive_halving, recursive_doubling on gloo; hierarchical
+#                                   and those as NAME@cluster) with the link as automatic saw it
+#                                   (the median of every world's figures at join: the probe's,
+#                                   or TUTTI_LINK_GBPS / TUTTI_LINK_ALPHA_US where set) and the
+#                                   machine's ranks per CPU; a table of predicted us and
+#                                   predicted / measured per size, and automatic's pick beside
+#                                   the fastest policy measured. Sets TUTTI_DEBUG=info where
+#                                   unset (the figures come from rank 0's log)
 #   STAT (best)                     best: each algorithm's lowest time per size over the rounds;
 #                                   median: its median (the middle of the sorted times; the mean
 #                                   of the two middle ones for an even ROUNDS), which a program
@@ -150,6 +161,7 @@ rounds="${ROUNDS:-2}"
 iters="${ITERS:-}"
 cpu="${CPU:-}"
 stat="${STAT:-best}"
+model="${MODEL:-}"
 placement="${PLACEMENT:-out-of-place}"
 run_timeout="${RUN_TIMEOUT:-900}"
 bin_dir="${BIN_DIR:-$repo/build/release/bench}"
@@ -163,6 +175,8 @@ read -r -a algos <<<"${ALGOS:-automatic ring tree recursive_halving gloo_ring gl
 [[ -z "$cpu" || "$cpu" == 1 ]] || die "CPU must be 1 or unset"
 [[ -z "$cpu" || (-n "$iters" && "$minbytes" == "$maxbytes") ]] ||
   die "CPU=1 needs ITERS and one size (MINBYTES = MAXBYTES): CPU time is counted per run"
+[[ -z "$model" || "$model" == 1 ]] || die "MODEL must be 1 or unset"
+[[ -z "$model" || "$hosts" -ge 2 ]] || die "MODEL=1 prices a link between hosts: HOSTS must be 2 or more"
 [[ "$placement" == out-of-place || "$placement" == in-place ]] ||
   die "PLACEMENT must be out-of-place or in-place"
 [[ "$run_timeout" =~ ^[1-9][0-9]*$ ]] || die "RUN_TIMEOUT must be a positive number of seconds"
@@ -181,6 +195,9 @@ fi
   die "'$bin_dir/tutti-bench' or '$bin_dir/tutti-bench-gloo' not found (set BIN_DIR); configure with
   -DTUTTI_WITH_GLOO=ON (the presets do) and build the targets tutti-bench tutti-bench-gloo"
 command -v python3 >/dev/null || die "python3 is needed for the tables"
+[[ -z "$model" || -x "$bin_dir/model-scaling" ]] ||
+  die "MODEL=1 needs '$bin_dir/model-scaling' (build the target model-scaling)"
+[[ -z "$model" ]] || export TUTTI_DEBUG="${TUTTI_DEBUG:-info}"
 
 # tc rate syntax -> bits per second (empty when it is not one tc accepts in the usual units).
 rate_bits() {
@@ -315,6 +332,7 @@ trap 'exit 129' HUP
 
 # A snapshot of the binaries: the build tree may be rebuilt while this runs.
 cp "$bin_dir/tutti-bench" "$bin_dir/tutti-bench-gloo" "$work/"
+[[ -z "$model" ]] || cp "$bin_dir/model-scaling" "$work/"
 bin="$work/tutti-bench"
 peer="$work/tutti-bench-gloo"
 # The names a program's --help lists after "--OPTION NAME one of:", one line, space-separated.
@@ -590,5 +608,88 @@ for w in wrong:
     print(f"- WRONG: {w}")
 sys.exit(1 if wrong else 0)
 PY
+if [[ -n "$model" ]]; then
+  python3 - "$repo/bench" "$out" "$stat" "$collective" "$hosts" "$rph" "$((np > $(nproc) ? 1 : 0))" \
+    "$np" "$(nproc)" "$work/model-scaling" "${algos[@]}" <<'PY' | tee -a "$out/summary.md" || failed=1
+# The model next to the measurement: model-scaling --format csv with the link automatic saw.
+import glob, os, re, statistics, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+import runstats
+out, stat, collective = sys.argv[2], sys.argv[3], sys.argv[4]
+hosts, rph, crowded, np_, cpus = map(int, sys.argv[5:10])
+model_bin, algos = sys.argv[10], sys.argv[11:]
+runs = runstats.Runs()
+for a in algos:
+    for f in sorted(glob.glob(f"{out}/{a}.r*.csv")):
+        runs.add(a, f)
+best, sizes = runs.stat(stat), runs.sizes()
+# What automatic used in each world (rank 0's log): the probe's figures or the overrides.
+used = re.compile(r"automatic uses ([0-9.e+-]+) Gbit/s, ([0-9.e+-]+) us")
+crowd = re.compile(r"([0-9.]+) ranks per CPU on the most crowded one")
+links, per_cpu = [], []
+for f in sorted(glob.glob(f"{out}/*.rank0.err")):
+    text = open(f, errors="replace").read()
+    links += [(float(g), float(a)) for g, a in used.findall(text)]
+    per_cpu += [float(r) for r in crowd.findall(text)]
+env_g, env_a = os.environ.get("TUTTI_LINK_GBPS"), os.environ.get("TUTTI_LINK_ALPHA_US")
+print("## The α-β-γ model next to the measurement")
+print()
+if not links and not (env_g and env_a):
+    print("- no link figures in the runs' logs (rank 0 prints them with TUTTI_DEBUG=info, on a "
+          "tutti run over gloo or cluster): nothing priced")
+    print()
+    sys.exit(0)
+gbps = float(env_g) if env_g else statistics.median(g for g, _ in links)
+alpha = float(env_a) if env_a else statistics.median(a for _, a in links)
+r = statistics.median(per_cpu) if per_cpu else (np_ / cpus if crowded else 0.0)
+r = r if r > 1 else 0.0
+alphas = sorted(a for _, a in links)
+src = (f"the median of {len(links)} worlds' figures at join" +
+       (f" (α {alphas[0]:.4g}–{alphas[-1]:.4g} µs)" if alphas else "")) if links else "TUTTI_LINK_*"
+base = ["--format", "csv", "--link-gbps", f"{gbps:.6g}", "--link-alpha-us", f"{alpha:.6g}",
+        "--shapes", f"{hosts}x{rph}", "--ranks-per-cpu", f"{r:g}", "--collective", collective,
+        "--sizes", ",".join(map(str, sizes))]
+print(f"- link: {gbps:.4g} Gbit/s, α {alpha:.4g} µs, {src}; ranks per CPU: {r:g} (0: one CPU each)")
+# Entries on gloo are priced as a flat gloo world; NAME@cluster as tutti::cluster (shm inside).
+groups = {"gloo": [a for a in algos if "@" not in a and not a.startswith(("gloo_", "torch_"))],
+          "shm": [a for a in algos if a.endswith("@cluster")]}
+table, picks = {}, {}
+for inside, entries in groups.items():
+    if not entries:
+        continue
+    cmd = [model_bin, "--inside", inside] + base
+    print(f"- `{' '.join(['model-scaling'] + cmd[1:])}`" + (" (NAME@cluster)" if inside == "shm" else ""))
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        print(f"- model-scaling failed: {res.stderr.strip()}")
+        sys.exit(1)
+    for line in res.stdout.splitlines()[1:]:
+        c, h, l, n, policy, us, pick = line.split(",")
+        suffix = "" if inside == "gloo" else "@cluster"
+        table[(policy + suffix, int(n))] = float(us)
+        picks[("automatic" + suffix, int(n))] = pick + suffix
+priced = [a for a in algos if any(k[0] == a for k in table)]
+autos = [a for a in algos if any(k[0] == a for k in picks)]
+print("- cells: predicted µs (predicted / measured); automatic: the policy the model picks, and "
+      "that policy's measured time / the fastest priced policy's on the same transport")
+print()
+heads = priced + [f"{a} picks" for a in autos]
+print("| bytes | " + " | ".join(heads) + " |")
+print("|---:|" + "---:|" * len(priced) + "---|" * len(autos))
+for n in sizes:
+    cells = []
+    for a in priced:
+        p, m = table.get((a, n)), best.get((a, n))
+        cells.append(f"{p:,.0f} ({p / m:.2f})" if p is not None and m else "–")
+    for a in autos:
+        pick = picks[(a, n)]
+        same = [x for x in priced if x.endswith("@cluster") == a.endswith("@cluster")]
+        fast = min((best[(x, n)] for x in same if (x, n) in best), default=None)
+        mp = best.get((pick, n))
+        cells.append(f"{pick} ({mp / fast:.2f})" if mp and fast else pick)
+    print(f"| {n} | " + " | ".join(cells) + " |")
+print()
+PY
+fi
 echo "raw output: $out" >&2
 exit "$failed"

@@ -4,10 +4,12 @@
 # STAT=median. Checks the exit status, that the table has a row per size, and that every cell
 # is the median of the three runs' times in OUT (as printed, one decimal); a CPU=1 run, whose
 # table must give each algorithm's CPU per call from the per-rank CPU times it kept; and that
-# bad ITERS, STAT, CPU, TBF_PEAK_FRAMES, SHAPER and HTB_BURST settings exit 2 with their
-# message; a SHAPER=htb run at 1 Gbit/s, no faster than its links allow; and
-# COLLECTIVE=all_gather on 2 hosts x 2 ranks (tutti's ring and hierarchical, Gloo's ring),
-# whose runs must be all_gather's, checked, and bad COLLECTIVE settings refused.
+# bad ITERS, STAT, CPU, TBF_PEAK_FRAMES, SHAPER, HTB_BURST and MODEL settings exit 2 with their
+# message; a SHAPER=htb run at 1 Gbit/s, no faster than its links allow, with MODEL=1 (ring
+# and recursive halving priced as model-scaling prices them with the run's link figures,
+# automatic's pick named); and COLLECTIVE=all_gather on 2 hosts x 2 ranks (tutti's ring and
+# hierarchical, Gloo's ring), whose runs must be all_gather's, checked, and bad COLLECTIVE
+# settings refused.
 # With TORCH_PY (a Python with torch and tutti_torch: scripts/torch-tests.sh passes it), the
 # torch entries instead: 2 hosts x 2 ranks, torch_tutti, torch_tutti@gloo and torch_gloo at
 # 64-128 KiB, 2 rounds: each cell the median of its runs (the mean of the two), the ratio to torch_gloo, the
@@ -138,6 +140,9 @@ SHAPER=htb RATE=1gbit FRAMES=whole refuses "$here/compare_hosts.sh" TBF_BURST=64
   "TBF_BURST sets tbf: not with SHAPER=htb (HTB_BURST sets htb's buckets)"
 RATE=1gbit refuses "$here/compare_hosts.sh" HTB_BURST=9k \
   "HTB_BURST sets htb's buckets: set SHAPER=htb (and RATE) as well"
+refuses "$here/compare_hosts.sh" MODEL=yes "MODEL must be 1 or unset"
+HOSTS=1 refuses "$here/compare_hosts.sh" MODEL=1 \
+  "MODEL=1 prices a link between hosts: HOSTS must be 2 or more"
 unset MINBYTES MAXBYTES BIN_DIR
 
 first_run HOSTS=2 RANKS_PER_HOST=1 MINBYTES=4K MAXBYTES=16K ROUNDS=3 ITERS=3 STAT=median \
@@ -211,9 +216,12 @@ fi
 # sends 1 MiB each way (two steps of 512 KiB) over a link of 1 Gbit/s: no call takes less than
 # 8.39 ms of payload alone (a loaded machine only makes it slower). The check asks for half
 # that, 4.19 ms, which unshaped links (about 1 ms) do not come near.
+# MODEL=1 in the same run: the model's table prices ring and recursive halving as model-scaling
+# does with the link figures the run printed, each against its measured time, and names the
+# policy automatic picks with that one's time against the faster of the two.
 st=0
 SHAPER=htb RATE=1gbit FRAMES=whole HOSTS=2 RANKS_PER_HOST=1 MINBYTES=1M MAXBYTES=1M ROUNDS=1 \
-  ITERS=3 ALGOS="ring" BIN_DIR="$bin_dir" OUT="$work/htb" \
+  ITERS=3 ALGOS="ring recursive_halving automatic" MODEL=1 BIN_DIR="$bin_dir" OUT="$work/htb" \
   bash "$here/compare_hosts.sh" >"$work/htb_table" 2>"$work/err" || st=$?
 if ((st != 0)); then
   bad "compare_hosts.sh SHAPER=htb exited $st"
@@ -225,12 +233,55 @@ else
   else
     bad "no '$want' in the table's heading"
   fi
-  us="$(awk -F'|' '$2 + 0 == 1048576 { print $3 + 0 }' "$work/htb_table")"
+  us="$(awk -F'|' '$2 + 0 == 1048576 { print $3 + 0; exit }' "$work/htb_table")"
   if [[ -n "$us" ]] && awk -v t="$us" 'BEGIN { exit !(t >= 4194) }'; then
     pass "ring at 1 MiB over htb links: $us us, at least half the link's minimum (4,194)"
   else
     bad "ring at 1 MiB over 1 Gbit/s htb links took '$us' us: under 4,194 the links are not shaped"
   fi
+  python3 - "$work/htb_table" "$work/htb" "$bin_dir/model-scaling" <<'PY' || failures=$((failures + 1))
+import csv, re, subprocess, sys
+table, out, model = sys.argv[1:]
+text = open(table).read()
+ok = "## The α-β-γ model next to the measurement" in text
+print(("ok  " if ok else "FAIL") + " a model section")
+cmd = re.search(r"^- `model-scaling (--inside gloo [^`]*)`$", text, re.M)
+good = bool(cmd and "--ranks-per-cpu 0 " in cmd.group(1)
+            and re.search(r"^- link: [0-9.]+ Gbit/s, α [0-9.]+ µs, the median of 3 worlds' figures",
+                          text, re.M))
+ok &= good
+print(("ok  " if good else "FAIL") + f" priced with the three worlds' link figures, uncrowded: {cmd and cmd.group(1)}")
+model_part = text[text.find("## The α-β-γ model"):]
+heads = rows = None
+for line in model_part.splitlines():
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    if cells[0] == "bytes":
+        heads = cells
+    elif heads and cells[0] == "1048576":
+        rows = dict(zip(heads, cells))
+want = {}
+if cmd:
+    lines = subprocess.run([model] + cmd.group(1).split(), capture_output=True, text=True).stdout.splitlines()
+    measured = {}
+    for a in ("ring", "recursive_halving", "automatic"):
+        for r in csv.reader(open(f"{out}/{a}.r1.csv")):
+            if len(r) == 7 and r[2] == "1048576":
+                measured[a] = float(r[3])
+    pick = None
+    for line in lines[1:]:
+        c = line.split(",")
+        if c[4] in ("ring", "recursive_halving"):
+            want[c[4]] = f"{float(c[5]):,.0f} ({float(c[5]) / measured[c[4]]:.2f})"
+            pick = c[6]
+    fast = min(measured["ring"], measured["recursive_halving"])
+    # the pick's time against the faster of the two, or its name alone where it did not run
+    want["automatic picks"] = f"{pick} ({measured[pick] / fast:.2f})" if pick in measured else pick
+for k in ("ring", "recursive_halving", "automatic picks"):
+    good = rows is not None and want.get(k) is not None and rows.get(k) == want[k]
+    ok &= good
+    print(("ok  " if good else "FAIL") + f" model table, {k} at 1 MiB: {rows and rows.get(k)} (want {want.get(k)})")
+sys.exit(0 if ok else 1)
+PY
 fi
 
 collective_run all_gather "ring hierarchical@cluster gloo_ring" BIN_DIR="$bin_dir"
