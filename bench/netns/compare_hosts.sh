@@ -161,7 +161,7 @@ rounds="${ROUNDS:-2}"
 iters="${ITERS:-}"
 cpu="${CPU:-}"
 stat="${STAT:-best}"
-model="${MODEL:-}"
+price="${MODEL:-}" # MODEL=1: the model next to the measurement
 placement="${PLACEMENT:-out-of-place}"
 run_timeout="${RUN_TIMEOUT:-900}"
 bin_dir="${BIN_DIR:-$repo/build/release/bench}"
@@ -175,8 +175,8 @@ read -r -a algos <<<"${ALGOS:-automatic ring tree recursive_halving gloo_ring gl
 [[ -z "$cpu" || "$cpu" == 1 ]] || die "CPU must be 1 or unset"
 [[ -z "$cpu" || (-n "$iters" && "$minbytes" == "$maxbytes") ]] ||
   die "CPU=1 needs ITERS and one size (MINBYTES = MAXBYTES): CPU time is counted per run"
-[[ -z "$model" || "$model" == 1 ]] || die "MODEL must be 1 or unset"
-[[ -z "$model" || "$hosts" -ge 2 ]] || die "MODEL=1 prices a link between hosts: HOSTS must be 2 or more"
+[[ -z "$price" || "$price" == 1 ]] || die "MODEL must be 1 or unset"
+[[ -z "$price" || "$hosts" -ge 2 ]] || die "MODEL=1 prices a link between hosts: HOSTS must be 2 or more"
 [[ "$placement" == out-of-place || "$placement" == in-place ]] ||
   die "PLACEMENT must be out-of-place or in-place"
 [[ "$run_timeout" =~ ^[1-9][0-9]*$ ]] || die "RUN_TIMEOUT must be a positive number of seconds"
@@ -195,9 +195,9 @@ fi
   die "'$bin_dir/tutti-bench' or '$bin_dir/tutti-bench-gloo' not found (set BIN_DIR); configure with
   -DTUTTI_WITH_GLOO=ON (the presets do) and build the targets tutti-bench tutti-bench-gloo"
 command -v python3 >/dev/null || die "python3 is needed for the tables"
-[[ -z "$model" || -x "$bin_dir/model-scaling" ]] ||
+[[ -z "$price" || -x "$bin_dir/model-scaling" ]] ||
   die "MODEL=1 needs '$bin_dir/model-scaling' (build the target model-scaling)"
-[[ -z "$model" ]] || export TUTTI_DEBUG="${TUTTI_DEBUG:-info}"
+[[ -z "$price" ]] || export TUTTI_DEBUG="${TUTTI_DEBUG:-info}"
 
 # tc rate syntax -> bits per second (empty when it is not one tc accepts in the usual units).
 rate_bits() {
@@ -332,7 +332,7 @@ trap 'exit 129' HUP
 
 # A snapshot of the binaries: the build tree may be rebuilt while this runs.
 cp "$bin_dir/tutti-bench" "$bin_dir/tutti-bench-gloo" "$work/"
-[[ -z "$model" ]] || cp "$bin_dir/model-scaling" "$work/"
+[[ -z "$price" ]] || cp "$bin_dir/model-scaling" "$work/"
 bin="$work/tutti-bench"
 peer="$work/tutti-bench-gloo"
 # The names a program's --help lists after "--OPTION NAME one of:", one line, space-separated.
@@ -608,7 +608,7 @@ for w in wrong:
     print(f"- WRONG: {w}")
 sys.exit(1 if wrong else 0)
 PY
-if [[ -n "$model" ]]; then
+if [[ -n "$price" ]]; then
   python3 - "$repo/bench" "$out" "$stat" "$collective" "$hosts" "$rph" "$((np > $(nproc) ? 1 : 0))" \
     "$np" "$(nproc)" "$work/model-scaling" "${algos[@]}" <<'PY' | tee -a "$out/summary.md" || failed=1
 # The model next to the measurement: model-scaling --format csv with the link automatic saw.

@@ -152,6 +152,11 @@ if grep -qF "time per call (µs), median of 3" "$work/table"; then
 else
   bad "no 'median of 3' heading"
 fi
+if grep -qF "model next to the measurement" "$work/table"; then
+  bad "a model section without MODEL=1"
+else
+  pass "no model section without MODEL=1"
+fi
 
 python3 - "$work/table" "$work/run" <<'PY' || failures=$((failures + 1))
 import csv, statistics, sys
