@@ -242,8 +242,11 @@ rate_bits() {
 #    (TCP ping-pong between two namespaces, 2 ms apart, medians of 80; alpha 40 us): at 64 KiB
 #    -1 MiB htb took up to 90 us less than alpha + its bytes at RATE (about one frame: 64 KiB
 #    in 510 us, 1 MiB in 8,531), tbf with a peak bucket of two frames 92-193 us less (478 us,
-#    8,374), tbf with one 0.8x the rate (623 us, 9,933). htb's queue is the veth's
-#    (txqueuelen 1000 frames).
+#    8,374), tbf with one 0.8x the rate (623 us, 9,933). htb lets a message's first frames
+#    through at once and then holds the link until the rate has paid for them (a capture of
+#    ring on 2 x 2: a 64 KiB message's seven full frames within 4 us, its last frame about
+#    450 us later), so a message completes at its rate and what follows it on the link waits,
+#    as on a FIFO link. htb's queue is the veth's (txqueuelen 1000 frames).
 #  - latency sets the queue: limit = RATE x latency + burst. A queue that overflows drops, and a
 #    lost segment can cost TCP a 200 ms retransmission timeout, which would swamp a collective.
 #    Three hosts sending into one (incast, as several hosts' steps can do with HOSTS >= 3)
