@@ -124,14 +124,13 @@ for np in $nps; do
   echo "## $np ranks: time per call (µs), $stat of $rounds"
   echo
   python3 - "$repo/bench" "$work" "$np" "$stat" "${algos[@]}" <<'PY'
-import glob, sys
+import sys
 sys.path.insert(0, sys.argv[1])
 import runstats
 work, np, stat, algos = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 runs = runstats.Runs()
 for a in algos:
-    for f in sorted(glob.glob(f"{work}/{a}.{np}.*.csv")):
-        runs.add(a, f)
+    runs.add_all(a, f"{work}/{a}.{np}.*.csv")
 best = runs.stat(stat)
 sizes = runs.sizes()
 gloo = [a for a in algos if a.startswith("gloo_")]

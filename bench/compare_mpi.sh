@@ -155,14 +155,13 @@ for np in $nps; do
   echo "## $np ranks"
   echo
   python3 - "$repo/bench" "$work" "$np" "$stat" <<'PY'
-import glob, sys
+import sys
 sys.path.insert(0, sys.argv[1])
 import runstats
 work, np, stat = sys.argv[2], sys.argv[3], sys.argv[4]
 runs = runstats.Runs()
 for side in ("tutti", "mpi"):
-    for f in sorted(glob.glob(f"{work}/{side}.{np}.*.csv")):
-        runs.add(side, f)
+    runs.add_all(side, f"{work}/{side}.{np}.*.csv")
 if not runs.times:
     print("(no results)")
     sys.exit(0)

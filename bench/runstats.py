@@ -8,6 +8,7 @@ count), which a program that is fast only now and then does not win.
 """
 
 import csv
+import glob
 import statistics
 
 STATS = {"best": min, "median": statistics.median}
@@ -31,6 +32,11 @@ class Runs:
                     self.wrong.append((name, path, size, int(row[6])))
                 self.times.setdefault((name, size), []).append(t)
                 self.work[(name, size)] = float(row[5]) * t
+
+    def add_all(self, name, pattern):
+        """add() every file that the glob `pattern` matches, in name order."""
+        for path in sorted(glob.glob(pattern)):
+            self.add(name, path)
 
     def stat(self, stat):
         """{(name, size): the statistic `stat` names of its times}."""

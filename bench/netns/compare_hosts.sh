@@ -275,13 +275,14 @@ if [[ "$shaper" == htb ]]; then
 elif [[ -n "${HTB_BURST:-}" ]]; then
   die "HTB_BURST sets htb's buckets: set SHAPER=htb (and RATE) as well"
 fi
-if [[ -n "$rate" && "$shaper" == htb ]]; then
+if [[ -n "$rate" ]]; then
   bits="$(rate_bits "$rate")" || die "RATE '$rate' is not a tc rate such as 1gbit, 100mbit, 10gbit"
+fi
+if [[ -n "$rate" && "$shaper" == htb ]]; then
   hburst="${HTB_BURST:-$((mtu + 64))}"
   # The class's arguments; each link's root qdisc is `htb default 1`, its class 1:1 these.
   shape=(htb rate "$rate" ceil "$rate" burst "$hburst" cburst "$hburst" quantum $((mtu + 64)))
 elif [[ -n "$rate" ]]; then
-  bits="$(rate_bits "$rate")" || die "RATE '$rate' is not a tc rate such as 1gbit, 100mbit, 10gbit"
   if [[ "$frames" == whole ]]; then
     burst="${TBF_BURST:-32768}"
   else
@@ -548,8 +549,7 @@ FLAT = ("ring", "tree", "recursive_halving", "recursive_doubling", "bruck", "dir
 base = lambda a: a.split("@")[0]
 runs = runstats.Runs()
 for a in algos:
-    for f in sorted(glob.glob(f"{out}/{a}.r*.csv")):
-        runs.add(a, f)
+    runs.add_all(a, f"{out}/{a}.r*.csv")
 wrong = [f"{f}: {n} wrong elements at {size} B" for (_, f, size, n) in runs.wrong]
 best = runs.stat(stat)  # the statistic STAT names
 sizes = runs.sizes()
@@ -612,19 +612,18 @@ for w in wrong:
 sys.exit(1 if wrong else 0)
 PY
 if [[ -n "$price" ]]; then
-  python3 - "$repo/bench" "$out" "$stat" "$collective" "$hosts" "$rph" "$((np > $(nproc) ? 1 : 0))" \
-    "$np" "$(nproc)" "$work/model-scaling" "${algos[@]}" <<'PY' | tee -a "$out/summary.md" || failed=1
+  python3 - "$repo/bench" "$out" "$stat" "$collective" "$hosts" "$rph" "$np" "$(nproc)" \
+    "$work/model-scaling" "${algos[@]}" <<'PY' | tee -a "$out/summary.md" || failed=1
 # The model next to the measurement: model-scaling --format csv with the link automatic saw.
 import glob, os, re, statistics, subprocess, sys
 sys.path.insert(0, sys.argv[1])
 import runstats
 out, stat, collective = sys.argv[2], sys.argv[3], sys.argv[4]
-hosts, rph, crowded, np_, cpus = map(int, sys.argv[5:10])
-model_bin, algos = sys.argv[10], sys.argv[11:]
+hosts, rph, np_, cpus = map(int, sys.argv[5:9])
+model_bin, algos = sys.argv[9], sys.argv[10:]
 runs = runstats.Runs()
 for a in algos:
-    for f in sorted(glob.glob(f"{out}/{a}.r*.csv")):
-        runs.add(a, f)
+    runs.add_all(a, f"{out}/{a}.r*.csv")
 best, sizes = runs.stat(stat), runs.sizes()
 # What automatic used in each world (rank 0's log): the probe's figures or the overrides.
 used = re.compile(r"automatic uses ([0-9.e+-]+) Gbit/s, ([0-9.e+-]+) us")
@@ -634,21 +633,24 @@ for f in sorted(glob.glob(f"{out}/*.rank0.err")):
     text = open(f, errors="replace").read()
     links += [(float(g), float(a)) for g, a in used.findall(text)]
     per_cpu += [float(r) for r in crowd.findall(text)]
+# With both overrides set no world probes, and the logs say nothing of the link.
 env_g, env_a = os.environ.get("TUTTI_LINK_GBPS"), os.environ.get("TUTTI_LINK_ALPHA_US")
 print("## The α-β-γ model next to the measurement")
 print()
-if not links and not (env_g and env_a):
+if links:
+    gbps = statistics.median(g for g, _ in links)
+    alpha = statistics.median(a for _, a in links)
+    src = (f"the median of {len(links)} worlds' figures at join (α "
+           f"{min(a for _, a in links):.4g}–{max(a for _, a in links):.4g} µs)")
+elif env_g and env_a:
+    gbps, alpha, src = float(env_g), float(env_a), "TUTTI_LINK_GBPS / TUTTI_LINK_ALPHA_US"
+else:
     print("- no link figures in the runs' logs (rank 0 prints them with TUTTI_DEBUG=info, on a "
           "tutti run over gloo or cluster): nothing priced")
     print()
     sys.exit(0)
-gbps = float(env_g) if env_g else statistics.median(g for g, _ in links)
-alpha = float(env_a) if env_a else statistics.median(a for _, a in links)
-r = statistics.median(per_cpu) if per_cpu else (np_ / cpus if crowded else 0.0)
-r = r if r > 1 else 0.0
-alphas = sorted(a for _, a in links)
-src = (f"the median of {len(links)} worlds' figures at join" +
-       (f" (α {alphas[0]:.4g}–{alphas[-1]:.4g} µs)" if alphas else "")) if links else "TUTTI_LINK_*"
+r = statistics.median(per_cpu) if per_cpu else np_ / cpus
+r = r if r > 1 else 0.0  # 0: a CPU per rank, as automatic takes it
 base = ["--format", "csv", "--link-gbps", f"{gbps:.6g}", "--link-alpha-us", f"{alpha:.6g}",
         "--shapes", f"{hosts}x{rph}", "--ranks-per-cpu", f"{r:g}", "--collective", collective,
         "--sizes", ",".join(map(str, sizes))]
@@ -666,9 +668,9 @@ for inside, entries in groups.items():
     if res.returncode != 0:
         print(f"- model-scaling failed: {res.stderr.strip()}")
         sys.exit(1)
+    suffix = "" if inside == "gloo" else "@cluster"
     for line in res.stdout.splitlines()[1:]:
         c, h, l, n, policy, us, pick = line.split(",")
-        suffix = "" if inside == "gloo" else "@cluster"
         table[(policy + suffix, int(n))] = float(us)
         picks[("automatic" + suffix, int(n))] = pick + suffix
 priced = [a for a in algos if any(k[0] == a for k in table)]
