@@ -27,6 +27,7 @@
 
 #include "harness.hpp"
 #include "tutti/detail/gloo/costs.hpp"
+#include "tutti/detail/schedules.hpp"
 #include "tutti/tutti.hpp"
 
 namespace {
@@ -1050,4 +1051,41 @@ TEST_CASE("a flat schedule across hosts of one rank each pays only the link") {
     CHECK(tutti::detail::predicted_cost<tutti::direct>(collective::all_reduce, hosts) ==
           tutti::detail::predicted_cost<tutti::direct>(collective::all_reduce, flat));
   }
+}
+
+TEST_CASE("ring's steps: each sends what it last received; an early receive misses the send") {
+  using tutti::detail::ring_step;
+  // 4 ranks, rank 1: the reduce-scatter sends blocks 0, 3, 2 and ends on its own block 1; the
+  // all-gather sends block 1 on, then what it got.
+  std::vector<ring_step> steps;
+  tutti::detail::add_ring_pass(steps, 1, 4, true);
+  tutti::detail::add_ring_pass(steps, 1, 4, false);
+  std::vector<std::size_t> sent, received;
+  std::vector<bool> reduced;
+  for (const ring_step& s : steps) {
+    sent.push_back(s.send);
+    received.push_back(s.recv);
+    reduced.push_back(s.reduce);
+  }
+  CHECK(sent == std::vector<std::size_t>{0, 3, 2, 1, 0, 3});
+  CHECK(received == std::vector<std::size_t>{3, 2, 1, 0, 3, 2});
+  CHECK(reduced == std::vector<bool>{true, true, true, false, false, false});
+  // run_ring posts step i + 1's receive before step i's send: from 3 ranks on it lands on
+  // another block (at 2 the one all-gather receive is the block the reduce-scatter's one step
+  // sent, which the neighbour answers only once it has arrived).
+  for (int p = 2; p <= 9; ++p)
+    for (int r = 0; r < p; ++r) {
+      CAPTURE(p);
+      CAPTURE(r);
+      steps.clear();
+      tutti::detail::add_ring_pass(steps, r, p, true);
+      REQUIRE(steps.size() == static_cast<std::size_t>(p - 1));
+      CHECK(steps.back().recv == static_cast<std::size_t>(r));  // its reduced block
+      tutti::detail::add_ring_pass(steps, r, p, false);
+      CHECK(steps[static_cast<std::size_t>(p - 1)].send == static_cast<std::size_t>(r));
+      for (std::size_t i = 0; i + 1 < steps.size(); ++i) {
+        CHECK(steps[i + 1].send == steps[i].recv);
+        if (p > 2) CHECK(steps[i + 1].recv != steps[i].send);
+      }
+    }
 }

@@ -58,8 +58,7 @@ struct ring {
   static void all_reduce(Ctx& c, const std::byte* in, std::byte* out, std::size_t count) {
     c.copy(out, in, count * c.elem());
     const auto off = detail::even_offsets(c, count, c.size());
-    detail::ring_reduce_scatter(c, out, off);
-    detail::ring_all_gatherv(c, out, off);
+    detail::ring_all_reduce(c, out, off);
   }
 
   template <class Ctx>

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -15,32 +16,84 @@ namespace tutti::inline v0::detail {
 
 inline int mod(int a, int p) noexcept { return ((a % p) + p) % p; }
 
-/// Ring all-gather of variable blocks: block r lives at out + off[r] (off has p + 1 entries)
-/// and this rank's block is already in place. p - 1 steps; each rank sends what it last got.
+/// One step of a ring schedule: block `send` goes to the right neighbour while block `recv`
+/// comes from the left one, reduced into place (`reduce`) or copied.
+struct ring_step {
+  std::size_t send, recv;
+  bool reduce;
+};
+
+/// Appends the p - 1 steps of a ring reduce-scatter (`reduce`: afterwards this rank's block r
+/// holds the reduction of everyone's block r) or of a ring all-gather (this rank's block is in
+/// place; each rank sends what it last got).
+inline void add_ring_pass(std::vector<ring_step>& steps, int r, int p, bool reduce) {
+  const auto at = [p](int b) { return static_cast<std::size_t>(mod(b, p)); };
+  for (int s = 0; s < p - 1; ++s)
+    steps.push_back(reduce ? ring_step{at(r - s - 1), at(r - s - 2), true}
+                           : ring_step{at(r - s), at(r - s - 1), false});
+}
+
+/// Runs ring `steps` on `buf`, whose p blocks start at off[0..p]. Each step's receive is
+/// posted one step early, before the previous step's send goes, where the context says that
+/// pays (context::ring_post_ahead): the left neighbour's send then finds it posted, where it
+/// would otherwise wait for the receive's recv-ready notice (Gloo's TCP pairs). Across hosts
+/// that notice queues behind the other ring flow's data on the same link direction: on 2 x 2
+/// ranks over shaped links the two flows crossing hosts took turns, each step twice its wire
+/// time (bench/RESULTS.md, "Ring's receives posted a step early across shaped hosts").
+/// An early receive never lands on bytes in use: step s + 1 receives block r - s - 2 (r - s - 3
+/// in the reduce-scatter) while step s sends block r - s (r - s - 1), another block for p > 2;
+/// with p = 2 the all-gather's one receive lands on the block the reduce-scatter's one step
+/// sent, which the left neighbour answers only once that message has arrived.
 template <class Ctx>
-void ring_all_gatherv(Ctx& c, std::byte* out, std::span<const std::size_t> off) {
+void run_ring(Ctx& c, std::byte* buf, std::span<const std::size_t> off,
+              std::span<const ring_step> steps) {
   const int p = c.size(), r = c.rank();
   const int right = mod(r + 1, p), left = mod(r - 1, p);
-  for (int s = 0; s < p - 1; ++s) {
-    const auto sb = static_cast<std::size_t>(mod(r - s, p));
-    const auto rb = static_cast<std::size_t>(mod(r - s - 1, p));
-    c.sendrecv(right, out + off[sb], off[sb + 1] - off[sb], left, out + off[rb],
-               off[rb + 1] - off[rb]);
+  const auto len = [&](std::size_t b) { return off[b + 1] - off[b]; };
+  const auto post = [&](const ring_step& st) {
+    return c.post_receive(left, buf + off[st.recv], len(st.recv), st.reduce);
+  };
+  std::optional<typename Ctx::request> ahead;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const ring_step& st = steps[i];
+    auto rr = ahead ? std::move(*ahead) : post(st);
+    ahead.reset();
+    if (i + 1 < steps.size() &&
+        c.ring_post_ahead(left, len(steps[i + 1].recv), steps[i + 1].reduce))
+      ahead.emplace(post(steps[i + 1]));
+    auto sr = c.isend(right, buf + off[st.send], len(st.send));
+    c.wait(rr);
+    c.wait(sr);
+    c.finish_receive(buf + off[st.recv], len(st.recv), st.reduce);
   }
+}
+
+/// Ring all-gather of variable blocks: block r lives at out + off[r] (off has p + 1 entries)
+/// and this rank's block is already in place. p - 1 steps.
+template <class Ctx>
+void ring_all_gatherv(Ctx& c, std::byte* out, std::span<const std::size_t> off) {
+  std::vector<ring_step> steps;
+  add_ring_pass(steps, c.rank(), c.size(), false);
+  run_ring(c, out, off, steps);
 }
 
 /// Ring reduce-scatter in place on `buf`, whose p blocks start at off[0..p]: afterwards this
 /// rank's block r holds the reduction of everyone's block r.
 template <class Ctx>
 void ring_reduce_scatter(Ctx& c, std::byte* buf, std::span<const std::size_t> off) {
-  const int p = c.size(), r = c.rank();
-  const int right = mod(r + 1, p), left = mod(r - 1, p);
-  for (int s = 0; s < p - 1; ++s) {
-    const auto sb = static_cast<std::size_t>(mod(r - s - 1, p));
-    const auto rb = static_cast<std::size_t>(mod(r - s - 2, p));
-    c.sendrecv_reduce(right, buf + off[sb], off[sb + 1] - off[sb], left, buf + off[rb],
-                      off[rb + 1] - off[rb]);
-  }
+  std::vector<ring_step> steps;
+  add_ring_pass(steps, c.rank(), c.size(), true);
+  run_ring(c, buf, off, steps);
+}
+
+/// Ring all-reduce in place on `buf`: the reduce-scatter and the all-gather as one run of
+/// 2(p - 1) steps, so the all-gather's first receive is posted early too.
+template <class Ctx>
+void ring_all_reduce(Ctx& c, std::byte* buf, std::span<const std::size_t> off) {
+  std::vector<ring_step> steps;
+  add_ring_pass(steps, c.rank(), c.size(), true);
+  add_ring_pass(steps, c.rank(), c.size(), false);
+  run_ring(c, buf, off, steps);
 }
 
 /// Byte offsets of `count` elements split evenly into p blocks.

@@ -194,6 +194,12 @@ class gloo {
   [[nodiscard]] bool post_ahead(int peer, std::size_t bytes, std::size_t elem) const noexcept {
     return detail::gloo_post_ahead(*s_, peer, bytes, elem);
   }
+  /// Whether ring's receive of `bytes` from `peer` is worth posting a step early
+  /// (detail::context::ring_post_ahead): as post_ahead, below part_min
+  /// (detail::gloo_ring_post_ahead says why).
+  [[nodiscard]] bool ring_post_ahead(int peer, std::size_t bytes, std::size_t elem) const noexcept {
+    return detail::gloo_ring_post_ahead(*s_, peer, bytes, elem);
+  }
   /// Receives a collective message from `peer` and reduces it into `inout` (`inout = inout op
   /// message`) part by part as the parts arrive, at `wait`.
   [[nodiscard]] request irecv_reduce(int peer, std::span<std::byte> inout, const detail::call& c) {
