@@ -103,10 +103,12 @@ class context {
   /// 2 cores took up to 1.8x longer at 4 MiB with it. Never on a device transport (post_ahead).
   [[nodiscard]] bool ring_post_ahead(int peer, std::size_t bytes, bool reduce) const noexcept {
     if constexpr (!device_transport<Transport> &&
-                  requires { t_.ring_post_ahead(peer, bytes, c_.elem_size); })
-      return (!reduce || fused_receive<Transport>)&&t_.ring_post_ahead(peer, bytes, c_.elem_size);
-    else
+                  requires { t_.ring_post_ahead(peer, bytes, c_.elem_size); }) {
+      constexpr bool on_arrival = fused_receive<Transport>;
+      return (on_arrival || !reduce) && t_.ring_post_ahead(peer, bytes, c_.elem_size);
+    } else {
       return false;
+    }
   }
 
   /// Posts a receive of `bytes` from `from` into `p`, reduced into it (`reduce`: `p = p op
