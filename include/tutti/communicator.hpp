@@ -20,6 +20,7 @@
 #include "tutti/core/options.hpp"
 #include "tutti/core/types.hpp"
 #include "tutti/detail/communicator_base.hpp"
+#include "tutti/detail/communicator_batch.hpp"
 #include "tutti/detail/communicator_buffers.hpp"
 #include "tutti/detail/communicator_split.hpp"
 #include "tutti/detail/objects.hpp"
@@ -104,7 +105,8 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
                                                                 const options& child_opts)
     requires splittable<Transport>
   {
-    return split_as<A>({color < 0 ? -1 : color, key, 0}, {}, child_opts);
+    return detail::split_child<communicator<Transport, A>>(*this, {color < 0 ? -1 : color, key, 0},
+                                                           {}, child_opts, splits_);
   }
   template <class A = Algorithm>
   [[nodiscard]] std::optional<communicator<Transport, A>> split(int color, int key = 0)
@@ -120,7 +122,8 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
                                                                 const options& child_opts)
     requires splittable<Transport>
   {
-    return split_as<A>(detail::group_request(ranks, rank()), ranks, child_opts);
+    return detail::split_child<communicator<Transport, A>>(
+        *this, detail::group_request(ranks, rank()), ranks, child_opts, splits_);
   }
   template <class A = Algorithm>
   [[nodiscard]] std::optional<communicator<Transport, A>> group(std::span<const int> ranks)
@@ -341,11 +344,11 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   /// in posting order. Blocks until `data` may be reused; takes no sequence number.
   template <detail::buffer Buf>
   void send(Buf data, int dst, std::uint64_t tag = 0, stream_type stream = {}) {
-    this->p2p_impl(outgoing(data, dst, tag), handle(stream));
+    this->p2p_impl(detail::outgoing<memory_space>(data, dst, tag), handle(stream));
   }
   template <detail::writable_buffer Buf>
   void recv(Buf data, int src, std::uint64_t tag = 0, stream_type stream = {}) {
-    this->p2p_impl(incoming(data, src, tag), handle(stream));
+    this->p2p_impl(detail::incoming<memory_space>(data, src, tag), handle(stream));
   }
 
   // ---- payloads whose size only the sender knows (host memory) -----------------------------
@@ -387,76 +390,27 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
   /// each isend before they irecv must put both in one batch() there.
   template <detail::buffer Buf>
   [[nodiscard]] work isend(Buf data, int dst, std::uint64_t tag = 0, stream_type stream = {}) {
-    const detail::p2p_msg m = outgoing(data, dst, tag);
+    const detail::p2p_msg m = detail::outgoing<memory_space>(data, dst, tag);
     return this->p2p_async(std::span<const detail::p2p_msg>(&m, 1), handle(stream));
   }
   /// Posts a receive into `data` from `src` and returns at once (MPI_Irecv, torch's irecv).
   template <detail::writable_buffer Buf>
   [[nodiscard]] work irecv(Buf data, int src, std::uint64_t tag = 0, stream_type stream = {}) {
-    const detail::p2p_msg m = incoming(data, src, tag);
+    const detail::p2p_msg m = detail::incoming<memory_space>(data, src, tag);
     return this->p2p_async(std::span<const detail::p2p_msg>(&m, 1), handle(stream));
   }
 
   /// A batch of sends and receives that are posted together and complete together (torch's
   /// batch_isend_irecv, ncclGroupStart/End): `comm.batch().send(a, 1).recv(b, 1).start()`
   /// returns one work; `run()` also waits for it. No order of messages in the ranks' batches
-  /// can deadlock, on any transport.
-  class batch_builder {
-   public:
-    template <detail::buffer Buf>
-    batch_builder& send(Buf data, int dst, std::uint64_t tag = 0) {
-      msgs_.push_back(outgoing(data, dst, tag));
-      return *this;
-    }
-    template <detail::writable_buffer Buf>
-    batch_builder& recv(Buf data, int src, std::uint64_t tag = 0) {
-      msgs_.push_back(incoming(data, src, tag));
-      return *this;
-    }
-    /// Posts every message; the work is done once all are. An empty batch is done at once.
-    [[nodiscard]] work start() {
-      return c_->p2p_async(std::span<const detail::p2p_msg>(msgs_), stream_);
-    }
-    /// start(), then waits.
-    void run() { start().wait(); }
-    [[nodiscard]] std::size_t size() const noexcept { return msgs_.size(); }
-
-   private:
-    friend class communicator;
-    batch_builder(communicator& c, void* stream) : c_(&c), stream_(stream) {}
-    communicator* c_;
-    void* stream_;
-    std::vector<detail::p2p_msg> msgs_;
-  };
+  /// can deadlock, on any transport. This communicator must outlive the builder.
+  using batch_builder = detail::batch_builder<communicator>;
   [[nodiscard]] batch_builder batch(stream_type stream = {}) {
     return batch_builder(*this, handle(stream));
   }
 
  private:
-  template <class A>
-  std::optional<communicator<Transport, A>> split_as(detail::split_request mine,
-                                                     std::span<const int> listed,
-                                                     const options& child_opts) {
-    const char* what = mine.check == 0 ? "split" : "group";
-    detail::split_plan plan;
-    if constexpr (std::is_same_v<memory_space, host_memory>) {
-      const auto all = detail::gather_split_requests(*this, mine, what);
-      if (mine.check != 0) detail::check_group_ranks(listed, size(), rank());
-      plan = detail::plan_split(all, rank(), splits_++);
-      auto child = transport().split(plan, detail::exchange_over(*this), child_opts);
-      if (!child) return std::nullopt;
-      return communicator<Transport, A>(std::move(*child), child_opts);
-    } else {
-      // ncclCommSplit gathers the colors and keys itself; a group's list is checked here only.
-      if (mine.check != 0) detail::check_group_ranks(listed, size(), rank());
-      plan.id = splits_++;
-      plan.color = mine.color;
-      plan.key = mine.key;
-      auto child = transport().split(plan, {}, child_opts);
-      if (!child) return std::nullopt;
-      return communicator<Transport, A>(std::move(*child), child_opts);
-    }
-  }
+  friend batch_builder;
 
   std::uint64_t splits_ = 0;  // splits so far: each child's id, the same on every rank
 
@@ -473,16 +427,6 @@ class communicator : private detail::communicator_base<Transport, Algorithm> {
     return detail::view<memory_space>(in);
   }
   static void* handle(stream_type s) noexcept { return detail::stream_handle(s); }
-  /// A point-to-point message of `data` to or from `peer`.
-  template <class B>
-  static detail::p2p_msg outgoing(B data, int peer, std::uint64_t tag) noexcept {
-    return {true, std::as_bytes(view(data)), {}, peer, tag, dtype_of<detail::value_of<B>>};
-  }
-  template <class B>
-  static detail::p2p_msg incoming(B data, int peer, std::uint64_t tag) noexcept {
-    return {false, {},  std::as_writable_bytes(view(data)),
-            peer,  tag, dtype_of<detail::value_of<B>>};
-  }
   static constexpr auto all_gatherv_k = detail::collective::all_gatherv;
   static constexpr auto gatherv_k = detail::collective::gatherv;
   static constexpr auto scatterv_k = detail::collective::scatterv;

@@ -2,18 +2,23 @@
 /// \file
 /// The communicator's side of split and group: every rank's request all-gathered over the
 /// parent and checked (group's rank lists must agree), this rank's plan, and the string
-/// all-gather a transport's split may use (split_exchange). Host-memory communicators only:
-/// over NCCL, ncclCommSplit gathers and orders by itself.
+/// all-gather a transport's split may use (split_exchange), and the child communicator made
+/// from them (split_child). Over NCCL, ncclCommSplit gathers and orders by itself.
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tutti/core/error.hpp"
+#include "tutti/core/options.hpp"
 #include "tutti/detail/split.hpp"
+#include "tutti/transport/concepts.hpp"
 
 namespace tutti::inline v0::detail {
 
@@ -82,6 +87,32 @@ template <class Comm>
     }
     return out;
   };
+}
+
+/// The child communicator (a `Child`) that this rank's request `mine` gives it in `parent`'s
+/// split number `splits` (counted up here), or none; `listed` is group's rank list, checked
+/// after the exchange (so that every rank raises alike). Over host memory the requests are
+/// gathered and checked over `parent` and the child's transport meets through it.
+template <class Child, class Comm>
+[[nodiscard]] std::optional<Child> split_child(Comm& parent, split_request mine,
+                                               std::span<const int> listed,
+                                               const options& child_opts, std::uint64_t& splits) {
+  split_plan plan;
+  split_exchange exchange;
+  if constexpr (std::is_same_v<typename Comm::memory_space, host_memory>) {
+    const auto all = gather_split_requests(parent, mine, mine.check == 0 ? "split" : "group");
+    if (mine.check != 0) check_group_ranks(listed, parent.size(), parent.rank());
+    plan = plan_split(all, parent.rank(), splits++);
+    exchange = exchange_over(parent);
+  } else {  // ncclCommSplit gathers the colors and keys itself
+    if (mine.check != 0) check_group_ranks(listed, parent.size(), parent.rank());
+    plan.id = splits++;
+    plan.color = mine.color;
+    plan.key = mine.key;
+  }
+  auto child = parent.transport().split(plan, exchange, child_opts);
+  if (!child) return std::nullopt;
+  return Child(std::move(*child), child_opts);
 }
 
 }  // namespace tutti::inline v0::detail
