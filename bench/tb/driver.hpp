@@ -16,8 +16,6 @@
 //
 // Statistics and checks travel through the library under test, outside the timed calls.
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -28,15 +26,13 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <vector>
-
-#include <tutti/core/bfloat16.hpp>
-#include <tutti/core/half.hpp>
 
 #include "cli.hpp"
 #include "data.hpp"
+#include "progress.hpp"
 #include "report.hpp"
+#include "types.hpp"
 
 namespace tutti_bench {
 
@@ -102,79 +98,6 @@ template <class B>
   }
   return b.reduce_stat(x, stat::sum) / static_cast<double>(b.size());
 }
-
-/// The datatype tag of an element type (with_type's inverse).
-template <class T>
-inline constexpr datatype element_of = [] {
-  if constexpr (std::is_same_v<T, std::int8_t>) return datatype::int8;
-  if constexpr (std::is_same_v<T, std::uint8_t>) return datatype::uint8;
-  if constexpr (std::is_same_v<T, std::int32_t>) return datatype::int32;
-  if constexpr (std::is_same_v<T, std::uint32_t>) return datatype::uint32;
-  if constexpr (std::is_same_v<T, std::int64_t>) return datatype::int64;
-  if constexpr (std::is_same_v<T, std::uint64_t>) return datatype::uint64;
-  if constexpr (std::is_same_v<T, tutti::half>) return datatype::float16;
-  if constexpr (std::is_same_v<T, double>) return datatype::float64;
-  if constexpr (std::is_same_v<T, tutti::bfloat16>) return datatype::bfloat16;
-  return datatype::float32;
-}();
-
-/// Runs `f.template operator()<T>()` with the T of `t`.
-template <class F>
-decltype(auto) with_type(datatype t, F&& f) {
-  switch (t) {
-    case datatype::int8:
-      return f.template operator()<std::int8_t>();
-    case datatype::uint8:
-      return f.template operator()<std::uint8_t>();
-    case datatype::int32:
-      return f.template operator()<std::int32_t>();
-    case datatype::uint32:
-      return f.template operator()<std::uint32_t>();
-    case datatype::int64:
-      return f.template operator()<std::int64_t>();
-    case datatype::uint64:
-      return f.template operator()<std::uint64_t>();
-    case datatype::float16:
-      return f.template operator()<tutti::half>();
-    case datatype::float64:
-      return f.template operator()<double>();
-    case datatype::bfloat16:
-      return f.template operator()<tutti::bfloat16>();
-    case datatype::float32:
-      break;
-  }
-  return f.template operator()<float>();
-}
-
-/// Prints "[tutti-bench] ..." progress on stderr once a sweep has run for a while: rewritten
-/// in place on a terminal, a line at most every 10 s otherwise.
-class progress {
- public:
-  explicit progress(bool on) : on_(on), tty_(on && ::isatty(2) == 1) {}
-  void update(const std::string& what, std::size_t done, std::size_t total) {
-    if (!on_) return;
-    const auto now = clock::now();
-    const double elapsed = std::chrono::duration<double>(now - start_).count();
-    if (elapsed < 3.0) return;
-    if (!tty_ && std::chrono::duration<double>(now - last_).count() < 10.0) return;
-    last_ = now;
-    std::fprintf(stderr, "%s[tutti-bench] %s  %zu/%zu rows  %.0f s%s", tty_ ? "\r\033[K" : "",
-                 what.c_str(), done, total, elapsed, tty_ ? "" : "\n");
-    std::fflush(stderr);
-    shown_ = true;
-  }
-  void finish() {
-    if (shown_ && tty_) std::fputs("\r\033[K", stderr);
-  }
-
- private:
-  using clock = std::chrono::steady_clock;
-  bool on_;
-  bool tty_;
-  bool shown_ = false;
-  clock::time_point start_ = clock::now();
-  clock::time_point last_ = start_;
-};
 
 template <class T, backend B>
 measurement measure(B& b, const options& o, const shape& s, const dataset<T>& data, placement where,
