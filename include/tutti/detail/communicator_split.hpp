@@ -1,9 +1,9 @@
 #pragma once
 /// \file
 /// The communicator's side of split and group: every rank's request all-gathered over the
-/// parent and checked (group's rank lists must agree), this rank's plan, and the string
-/// all-gather a transport's split may use (split_exchange), and the child communicator made
-/// from them (split_child). Over NCCL, ncclCommSplit gathers and orders by itself.
+/// parent and checked (group's rank lists must agree), this rank's plan, the string all-gather
+/// a transport's split may use (split_exchange), and the child communicator made from them
+/// (split_child). Over NCCL, ncclCommSplit gathers and orders by itself.
 
 #include <cstddef>
 #include <cstdint>
