@@ -99,8 +99,8 @@ class context {
   /// whose sends wait for the receiver's recv-ready notice, and tutti::inproc, whose two sides
   /// meet) and, for a reducing receive, reduces on arrival (fused_receive: a staged one would
   /// need a second staging buffer). Not where sends go ahead on their own (tutti::shm's
-  /// channels): an early receive saves no wait there, and ring's all_reduce of 4 ranks on
-  /// 2 cores took up to 1.8x longer at 4 MiB with it. Never on a device transport (post_ahead).
+  /// channels): an early receive saves no wait there, and made ring's large all_reduce slower
+  /// at random (bench/RESULTS.md). Never on a device transport (post_ahead).
   [[nodiscard]] bool ring_post_ahead(int peer, std::size_t bytes, bool reduce) const noexcept {
     if constexpr (!device_transport<Transport> &&
                   requires { t_.ring_post_ahead(peer, bytes, c_.elem_size); }) {

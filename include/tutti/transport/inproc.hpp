@@ -36,8 +36,8 @@ class inproc {
 
   /// Whether ring's receive is worth posting a step early (detail::context::ring_post_ahead):
   /// always. A send that finds its receive posted copies at once, rather than when the
-  /// receiver comes: ring's all_reduce of 2 threads took 0.5-0.7x the time with it, of 4
-  /// threads on 2 cores 0.86-1.09x.
+  /// receiver comes (bench/RESULTS.md, "Ring's receives posted a step early across shaped
+  /// hosts").
   [[nodiscard]] static bool ring_post_ahead(int, std::size_t, std::size_t) noexcept { return true; }
 
   /// A posted send or receive. Waiting is done through `inproc::wait`; a request destroyed

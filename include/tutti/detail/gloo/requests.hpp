@@ -67,10 +67,10 @@ inline constexpr std::size_t gloo_max_parts = 8;
 /// where gloo_post_ahead says so, for a message below gloo_part_min. Its send then finds it
 /// posted and the sending rank's own thread writes it (Pair::send), where it would otherwise
 /// wait for the receiver's recv-ready notice. Across hosts that notice queues behind the other
-/// ring flow's data on the same link direction: on 2 x 2 ranks over htb links at 1 Gbit/s the
-/// early receives made ring's all_reduce 1.45-1.5x faster at 256 KiB, 1.15-1.2x at 512 KiB.
-/// A longer message written by the sender keeps it from reducing its own receive meanwhile:
-/// unshaped, 1 MiB (256 KiB messages) took 1.35x longer with them (bench/RESULTS.md).
+/// ring flow's data on the same link direction, so each step would cost twice its wire time.
+/// A longer message written by the sender keeps it from reducing its own receive meanwhile,
+/// which costs more than the notice saves on a fast link (bench/RESULTS.md, "Ring's receives
+/// posted a step early across shaped hosts").
 [[nodiscard]] inline bool gloo_ring_post_ahead(const gloo_state& st, int peer, std::size_t bytes,
                                                std::size_t elem) noexcept {
   return bytes < gloo_part_min && gloo_post_ahead(st, peer, bytes, elem);
