@@ -62,7 +62,7 @@ class c10d_store final : public tutti::bootstrap::store {
  private:
   // Returns once every key exists, within `timeout`. A timeout of 0 or less checks once, with
   // check(): torch reads a wait's 0 as "no timeout", and FileStore's wait takes a second to
-  // give up even on a 1 ms timeout (which made tutti::gloo name a dead rank 2 s late).
+  // give up even on a 1 ms timeout, which would make tutti::gloo name a dead rank late.
   void await(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
     if (timeout > std::chrono::milliseconds::zero())
       s_->wait(keys, timeout);

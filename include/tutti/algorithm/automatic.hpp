@@ -79,7 +79,8 @@ template <class P>
     // On a crowded machine (simulated hosts) what waits for a CPU is stretched, a host link's
     // bytes and α not, flat or levels-priced alike (cost_inputs::crowded_across_hosts; a flat
     // policy's crowded_all_reduce would count every rank's bytes over its own link as work for
-    // one host's CPUs: ring at 4 x 1 priced 1.7x its measured time at 4 MiB). A flat policy
+    // one host's CPUs, and overprice ring on 4 x 1: bench/RESULTS.md, "Crowded simulated
+    // hosts"). A flat policy
     // then sees the slower level of that. A ring that crosses each host boundary once each way
     // has one rank of a host in a step cross it, whose exchange alone waits on loop threads.
     constexpr bool one_flow = requires { P::one_flow_per_link; };

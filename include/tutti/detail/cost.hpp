@@ -126,17 +126,17 @@ struct cost_inputs {
   /// both partners (and, over Gloo, their loop threads) running at once, where a tree's message
   /// needs its receiver only. The link's own α is not stretched: it is what a message between
   /// hosts costs as seen from these ranks' machine (tutti::gloo's probe times it there, with
-  /// their threads woken as a collective's are). Stretched as well, it priced a tree message
-  /// across hosts at 1.6x its measured time on 4 × 1 at two ranks per CPU (a message took 1.2
-  /// probed α's: bench/RESULTS.md, "The link's α on a crowded machine"). Policies that price
-  /// the levels read this; a flat policy reads its flat_across_hosts().
+  /// their threads woken as a collective's are). Stretched as well, it overpriced a tree
+  /// message across hosts on 4 × 1 at two ranks per CPU, where a message took about one probed
+  /// α (bench/RESULTS.md, "The link's α on a crowded machine"). Policies that price the levels
+  /// read this; a flat policy reads its flat_across_hosts().
   /// `crossing_share`: the share of a host's ranks that cross hosts in a step (and whose loop
   /// threads wait for the CPUs); an exchange's α is stretched by the ranks per CPU times that
   /// share, at least 1. 1, the default, for schedules whose every rank crosses (the recursive
   /// ones' steps between hosts); 1 / ranks per host for a flat ring numbered host by host
   /// (one_flow_per_link), whose other messages are single copies. On 2 × 2 at two ranks per
-  /// CPU ring's steps took about two probed α, an exchange's α unstretched, on 4 × 1 2.6
-  /// (bench/RESULTS.md, "A link that charges every frame").
+  /// CPU ring's steps took about an exchange's α unstretched, on 4 × 1 more (bench/RESULTS.md,
+  /// "A link that charges every frame").
   [[nodiscard]] cost_inputs crowded_across_hosts(double crossing_share = 1.0) const noexcept {
     cost_model s = m;
     const double r = m.ranks_per_cpu;

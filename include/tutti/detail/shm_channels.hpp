@@ -112,8 +112,8 @@ class shm_channels : shm_channel_send {
         std::memcpy(&pr.frame, header, sizeof(shm_frame));
         if (pr.frame.address == shm_frame::whole && pr.frame.bytes > shm_frame::inline_max(s)) {
           // Asks for the payload's lines (up to 1 KiB) now, so that their transfers from the
-          // sender's cache overlap each other and the matching below: 128 and 256 B messages
-          // 0.02-0.03 us faster (bench/compare_p2p.sh).
+          // sender's cache overlap each other and the matching below (bench/RESULTS.md,
+          // "isend/irecv at 8–128 bytes").
           const std::size_t lines = std::min<std::size_t>((pr.frame.bytes + 63) / 64, 16);
           for (std::size_t i = 1; i <= lines; ++i)
             __builtin_prefetch(ring + (pr.tail + i * sizeof(shm_frame)) % cap_);

@@ -10,8 +10,9 @@
 /// and destination in the channel's `share` and `share_to`), and both ends claim the next chunk
 /// from one counter — the receiver reads its chunks from the sender, the sender writes its
 /// chunks into the receiver (process_vm_writev) and counts them in `helped`. The receiver
-/// acknowledges once every chunk is in place. One copier is limited by what one core moves
-/// (about 4-12 GB/s here); two move up to twice that (bench/compare_p2p.sh). A sender that is
+/// acknowledges once every chunk is in place. One copier is limited by what one core moves;
+/// two move up to twice that (bench/RESULTS.md, "isend/irecv from 256 KiB: receiver and sender
+/// share the single copy"). A sender that is
 /// busy elsewhere claims nothing, and the receiver copies every chunk itself.
 ///
 /// The kernel checks the same permission for writing another process's memory as for reading it

@@ -106,8 +106,8 @@ struct doorbell {
 /// Where every rank has a CPU (for_host), a wait spins for `spin_for` (50 µs) before it yields
 /// and then sleeps: a rank that sleeps pays the wake-up — tens of microseconds on a virtual machine
 /// whose idle CPU must be woken — and ranks driven from an interpreter arrive microseconds
-/// apart (torch.distributed's all_reduce at 2 ranks: 12.7 µs per call with ~2.4 µs of spinning,
-/// one call in ten sleeping; 5.3 µs with 50 µs, one in two hundred; bench/RESULTS.md).
+/// apart, so a shorter spin left torch.distributed's small all_reduce sleeping in many calls
+/// (bench/RESULTS.md, "all_reduce and DDP through torch.distributed").
 struct wait_tuning {
   int spins = 256;                       // pause loops before the timed spin
   std::chrono::nanoseconds spin_for{0};  // then spin until this much time passed

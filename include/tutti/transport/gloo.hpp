@@ -102,9 +102,9 @@ class gloo {
   /// the bytes straight out of the sender's memory (reducing them, in cache-sized chunks, as it
   /// reads) and acknowledges in a word of the sender's. Through loopback TCP the bytes would be
   /// copied twice, into the kernel and out, and every message would wake Gloo's loop threads
-  /// on both sides: a 4-byte all-reduce of 2 ranks takes about 5 µs this way, 50 µs through
-  /// TCP (bench/RESULTS.md). Everything between hosts, and point-to-point messages, stay on
-  /// Gloo's TCP pairs.
+  /// on both sides: a small all-reduce takes a fraction of the time it takes through TCP
+  /// (bench/RESULTS.md, "tutti over Gloo with single copies"). Everything between hosts, and
+  /// point-to-point messages, stay on Gloo's TCP pairs.
   /// α and β of a single copy (detail/gloo/costs.hpp).
   static constexpr double single_copy_alpha_us = detail::gloo_costs::single_copy_alpha_us;
   static constexpr double single_copy_beta_us_per_byte =

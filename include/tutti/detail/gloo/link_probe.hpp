@@ -4,8 +4,9 @@
 /// joins and TUTTI_LINK_GBPS / TUTTI_LINK_ALPHA_US do not say it: rank 0 and the first rank on
 /// another host time a small message's round trip (α) and large messages (β) over their Gloo
 /// TCP pair, and every rank reads the result from the store.
-/// Without it, tutti::automatic priced the link at Gloo's loopback fit, as fast as memory, and
-/// chose ring where recursive halving was 1.3-1.5x faster (bench/RESULTS.md).
+/// Without it, tutti::automatic would price the link at Gloo's loopback fit, as fast as memory,
+/// and choose ring where recursive halving is faster (bench/RESULTS.md, "The link measured when
+/// the world joins").
 
 #include <algorithm>
 #include <chrono>

@@ -36,8 +36,9 @@ namespace tutti::inline v0::detail {
 /// elements each (the last may be shorter). Both ends compute it from the same size and element
 /// size, so their parts pair up; each part is a Gloo message on its own slot. Cutting lets a
 /// reducing receive overlap the reduction of part k with the transfer of part k + 1 (Gloo's
-/// loop thread moves the bytes meanwhile): 1.2-1.7x faster all_reduce at 1-16 MiB on loopback
-/// than whole messages (bench/RESULTS.md).
+/// loop thread moves the bytes meanwhile): faster than whole messages on loopback, and as fast
+/// where ranks outnumber CPUs (bench/RESULTS.md, "tutti over Gloo's TCP transport, large
+/// messages in parts" and "2 × 2 unshaped at 8 MiB").
 inline constexpr std::size_t gloo_part_min = std::size_t{256} << 10;
 inline constexpr std::size_t gloo_part_max = std::size_t{1} << 20;
 inline constexpr std::size_t gloo_max_parts = 8;
@@ -55,9 +56,10 @@ inline constexpr std::size_t gloo_max_parts = 8;
 /// own thread, which holds the pair's lock while it writes (Pair::send); Gloo's loop thread,
 /// reading the peer's message on the same connection meanwhile, finds the lock taken and waits.
 /// For one part that is short and the early post saves the receiver's recv-ready notice on the
-/// way; for several, reads and writes of an exchange take turns on the connection: recursive
-/// halving's all_reduce of 2 ranks across hosts took 1.05-1.13x ring's time at 2-8 MiB with
-/// every all-gather receive posted early, 0.93-1.06x with this rule (bench/RESULTS.md).
+/// way; for several, reads and writes of an exchange take turns on the connection, and
+/// recursive halving across hosts fell behind ring at 2-8 MiB with every all-gather receive
+/// posted early (bench/RESULTS.md, "Recursive halving's all-gather receives posted early only
+/// for one TCP part").
 [[nodiscard]] inline bool gloo_post_ahead(const gloo_state& st, int peer, std::size_t bytes,
                                           std::size_t elem) noexcept {
   return gloo_single_copy_to(st, peer, space::collective) || gloo_part_size(bytes, elem) >= bytes;

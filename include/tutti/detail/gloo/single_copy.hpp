@@ -319,9 +319,9 @@ inline void gloo_read_single_copy(gloo_state& st, gloo_message& m, const call& c
 /// 100 ms, as gloo_wait_buffer does. Yielding rather than napping at once matters most where
 /// ranks outnumber CPUs: a yield hands the CPU to a rank that has work (often the peer) and
 /// comes back as soon as none has, where a nap comes back 20 µs plus the timer's slack (50 µs)
-/// later at best, once per step — 4 ranks on 2 CPUs all-reduce 4 bytes by tree in about
-/// 30 µs yielding, 250 µs napping (bench/RESULTS.md). After 1 ms the wait is for something
-/// slow (a peer still computing): naps leave it the CPU.
+/// later at best, once per step (bench/RESULTS.md, "every collective message on one host a
+/// single copy; waits that yield"). After 1 ms the wait is for something slow (a peer still
+/// computing): naps leave it the CPU.
 template <class Done>
 void gloo_cma_wait(Done done, gloo_state& st, gloo_message& m, const call& c,
                    clock::time_point deadline) {

@@ -173,12 +173,12 @@ class sigpipe_guard {
 /// a pair's events only if it can take the pair's lock at once; if not, it returns to
 /// epoll_wait, which reports the same unread bytes at once, and so spins. A rank's own thread
 /// holds that lock while it posts a send or a receive. Where the loop thread, woken by a
-/// packet, preempts that thread on its CPU, it spins until the scheduler's slice ends (3-4 ms
-/// here) with the thread that would let go waiting for the CPU: measured on 2 x 2 simulated
-/// hosts on 2 CPUs, 99.6% of the loop threads' 1.1 million event calls a second found the lock
-/// taken, and an all_reduce of 64 KiB by recursive halving took 3.7 ms where it takes 0.5
-/// (bench/RESULTS.md, "Gloo's loop thread spins on a lock"). Under SCHED_BATCH a thread woken
-/// does not preempt the one running, so the lock's holder finishes first.
+/// packet, preempts that thread on its CPU, it spins until the scheduler's slice ends with the
+/// thread that would let go waiting for the CPU. On simulated hosts sharing 2 CPUs nearly every
+/// event call then found the lock taken, and recursive halving's mid-size all_reduce took
+/// several times its usual time (bench/RESULTS.md, "Gloo's loop thread spins on a lock").
+/// Under SCHED_BATCH a thread woken does not preempt the one running, so the lock's holder
+/// finishes first.
 ///
 /// The guard runs the calling thread under SCHED_BATCH for its life, where it runs under
 /// SCHED_OTHER (a real-time or idle policy is left alone): threads started meanwhile (Gloo's
