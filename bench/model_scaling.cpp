@@ -162,73 +162,86 @@ tutti::cost_model model_for(int h, int l, const settings& o, const tutti::cost_m
   return m;
 }
 
-}  // namespace
+// What model-scaling prices: each policy shown for one collective, size and shape, with the
+// costs of a message inside a host and across.
+class pricer {
+ public:
+  explicit pricer(const settings& o)
+      : o_(o), flat_(flat_of(o)), local_(o.inside == "shm" ? tutti::shm::costs : flat_) {}
 
-int main(int argc, char** argv) {
-  settings o;
-  if (const std::string why = parse(argc, argv, o); !why.empty()) {
-    std::fprintf(stderr, "model-scaling: %s\n", why.c_str());
-    return 2;
-  }
-  namespace gloo_costs = tutti::detail::gloo_costs;
-  // A flat policy's message between two ranks of a host (gloo::world_costs).
-  const tutti::cost_model flat =
-      o.flat_inside == "copies" ? gloo_costs::single_copy(gloo_costs::tcp) : gloo_costs::tcp;
-  const tutti::cost_model local = o.inside == "shm" ? tutti::shm::costs : flat;
-  using tutti::detail::collective;
-  using candidates = tutti::automatic::candidates;
-  const collective k = o.collective == "all_gather"       ? collective::all_gather
-                       : o.collective == "reduce_scatter" ? collective::reduce_scatter
-                                                          : collective::all_reduce;
-  const auto model_of = [&](std::pair<int, int> shape, double bytes) {
-    const auto [h, l] = shape;
-    return tutti::detail::cost_inputs(bytes, h * l, model_for(h, l, o, local, flat));
-  };
   // Which policies get a column: not direct (it needs a segment all ranks share: it runs
   // nothing on gloo or cluster), for all_reduce not bruck (never picked across hosts), for the
   // others every one that prices it somewhere here; hierarchical only where a host's ranks
   // share memory.
-  const auto shown = [&]<class P>() {
+  template <class P>
+  [[nodiscard]] bool shown() const {
     if (std::is_same_v<P, tutti::direct>) return false;
-    if (o.inside != "shm" && std::is_same_v<P, tutti::hierarchical>) return false;
-    if (k == collective::all_reduce) return !std::is_same_v<P, tutti::bruck>;
-    for (const double bytes : o.sizes)
-      for (const auto& shape : o.shapes)
-        if (tutti::detail::predicted_cost<P>(k, model_of(shape, bytes)) <
-            std::numeric_limits<double>::infinity())
-          return true;
+    if (o_.inside != "shm" && std::is_same_v<P, tutti::hierarchical>) return false;
+    if (k_ == collective::all_reduce) return !std::is_same_v<P, tutti::bruck>;
+    for (const double bytes : o_.sizes)
+      for (const auto& shape : o_.shapes)
+        if (tutti::detail::predicted_cost<P>(k_, model_of(shape, bytes)) < infinity) return true;
     return false;
-  };
+  }
+
   // Each policy shown, priced for one size and shape (infinity: it predicts nothing there),
   // and automatic's pick among them.
-  const auto priced = [&](std::pair<int, int> shape, double bytes) {
+  [[nodiscard]] std::pair<std::vector<std::pair<const char*, double>>, std::string> priced(
+      std::pair<int, int> shape, double bytes) const {
     const auto in = model_of(shape, bytes);
     std::vector<std::pair<const char*, double>> costs;
     std::string pick;
-    double pick_cost = std::numeric_limits<double>::infinity();
+    double pick_cost = infinity;
     candidates::for_each([&]<class P>() {
-      if (!shown.template operator()<P>()) return;
-      const double c = tutti::detail::predicted_cost<P>(k, in);
+      if (!shown<P>()) return;
+      const double c = tutti::detail::predicted_cost<P>(k_, in);
       costs.emplace_back(P::name, c);
       if (c < pick_cost) {
         pick_cost = c;
         pick = P::name;
       }
     });
-    return std::pair{costs, pick};
-  };
-  if (o.format == "csv") {
-    std::printf("collective,hosts,ranks_per_host,bytes,policy,predicted_us,pick\n");
-    for (const double bytes : o.sizes)
-      for (const auto& shape : o.shapes) {
-        const auto [costs, pick] = priced(shape, bytes);
-        for (const auto& [name, c] : costs)
-          if (c < std::numeric_limits<double>::infinity())
-            std::printf("%s,%d,%d,%.0f,%s,%.3f,%s\n", o.collective.c_str(), shape.first,
-                        shape.second, bytes, name, c, pick.c_str());
-      }
-    return 0;
+    return {costs, pick};
   }
+
+  static constexpr double infinity = std::numeric_limits<double>::infinity();
+  using candidates = tutti::automatic::candidates;
+
+ private:
+  using collective = tutti::detail::collective;
+
+  // A flat policy's message between two ranks of a host (gloo::world_costs).
+  static tutti::cost_model flat_of(const settings& o) {
+    namespace gloo_costs = tutti::detail::gloo_costs;
+    return o.flat_inside == "copies" ? gloo_costs::single_copy(gloo_costs::tcp) : gloo_costs::tcp;
+  }
+  [[nodiscard]] tutti::detail::cost_inputs model_of(std::pair<int, int> shape, double bytes) const {
+    const auto [h, l] = shape;
+    return tutti::detail::cost_inputs(bytes, h * l, model_for(h, l, o_, local_, flat_));
+  }
+
+  const settings& o_;
+  tutti::cost_model flat_, local_;
+  collective k_ = o_.collective == "all_gather"       ? collective::all_gather
+                  : o_.collective == "reduce_scatter" ? collective::reduce_scatter
+                                                      : collective::all_reduce;
+};
+
+// One line per size, shape and policy that predicts something there.
+void print_csv(const settings& o, const pricer& p) {
+  std::printf("collective,hosts,ranks_per_host,bytes,policy,predicted_us,pick\n");
+  for (const double bytes : o.sizes)
+    for (const auto& shape : o.shapes) {
+      const auto [costs, pick] = p.priced(shape, bytes);
+      for (const auto& [name, c] : costs)
+        if (c < pricer::infinity)
+          std::printf("%s,%d,%d,%.0f,%s,%.3f,%s\n", o.collective.c_str(), shape.first, shape.second,
+                      bytes, name, c, pick.c_str());
+    }
+}
+
+// A markdown table per size: a row per shape, a column per policy shown, and automatic's pick.
+void print_tables(const settings& o, const pricer& p) {
   std::printf(
       "Link between hosts: %g Gbit/s, α %g µs; inside a host: tutti::%s's costs, a flat "
       "policy's message %s.\n\n",
@@ -237,23 +250,37 @@ int main(int argc, char** argv) {
   for (const double bytes : o.sizes) {
     std::printf("### %s of %s\n\n| hosts × ranks | ranks |", o.collective.c_str(),
                 human(bytes).c_str());
-    candidates::for_each([&]<class P>() {
-      if (shown.template operator()<P>()) std::printf(" %s |", P::name);
+    pricer::candidates::for_each([&]<class P>() {
+      if (p.shown<P>()) std::printf(" %s |", P::name);
     });
     std::printf(" automatic picks |\n|---|---:|");
-    candidates::for_each([&]<class P>() {
-      if (shown.template operator()<P>()) std::printf("---:|");
+    pricer::candidates::for_each([&]<class P>() {
+      if (p.shown<P>()) std::printf("---:|");
     });
     std::printf("---|\n");
     for (const auto& shape : o.shapes) {
       std::printf("| %d × %d | %d |", shape.first, shape.second, shape.first * shape.second);
-      const auto [costs, pick] = priced(shape, bytes);
+      const auto [costs, pick] = p.priced(shape, bytes);
       for (const auto& [name, c] : costs)
-        std::printf(" %s |",
-                    c == std::numeric_limits<double>::infinity() ? "–" : micros(c).c_str());
+        std::printf(" %s |", c == pricer::infinity ? "–" : micros(c).c_str());
       std::printf(" %s |\n", pick.c_str());
     }
     std::printf("\n");
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  settings o;
+  if (const std::string why = parse(argc, argv, o); !why.empty()) {
+    std::fprintf(stderr, "model-scaling: %s\n", why.c_str());
+    return 2;
+  }
+  const pricer p(o);
+  if (o.format == "csv")
+    print_csv(o, p);
+  else
+    print_tables(o, p);
   return 0;
 }
