@@ -187,6 +187,45 @@ int plot(const tb::options& o, const std::string& json, const std::string& png, 
   return rc == 0 ? 0 : 1;
 }
 
+/// One peer's run over the sweep: what to call it in a failure, its command, its JSON.
+struct peer_run {
+  std::string what;
+  std::vector<std::string> argv;
+  std::string json;
+};
+
+/// The peers' runs (--compare) of `np` ranks writing into `dir`: MPI once, Gloo once per
+/// algorithm. A peer that was not built is reported and left out (`missing`).
+std::vector<peer_run> peer_runs(const tb::options& o, int np, const std::filesystem::path& dir,
+                                bool& missing) {
+  std::vector<peer_run> runs;
+  for (const auto& peer : o.compare) {
+    const auto exe = self_dir() / (peer == "mpi" ? "tutti-bench-mpi" : "tutti-bench-gloo");
+    if (!std::filesystem::exists(exe)) {
+      std::fprintf(stderr, "tutti-bench: %s not built (%s)\n", exe.c_str(),
+                   peer == "mpi" ? "MPI was not found at configure time"
+                                 : "configure with -DTUTTI_WITH_GLOO=ON");
+      missing = true;
+      continue;
+    }
+    if (peer == "mpi") {
+      std::vector<std::string> argv{"mpirun",          "-np",       std::to_string(np),
+                                    "--oversubscribe", "--bind-to", "none",
+                                    "--mca",           "pml",       "ob1",
+                                    "--mca",           "btl",       "self,vader"};
+      if (::geteuid() == 0) argv.insert(argv.begin() + 1, "--allow-run-as-root");
+      argv.push_back(exe.string());
+      runs.push_back({"MPI", std::move(argv), (dir / "mpi.json").string()});
+      continue;
+    }
+    for (const auto& algo : gloo_algorithms(o.coll))
+      runs.push_back({"Gloo (" + algo + ")",
+                      {exe.string(), "--np", std::to_string(np), "--algo", algo},
+                      (dir / ("gloo-" + algo + ".json")).string()});
+  }
+  return runs;
+}
+
 /// tutti, then each peer over the same sweep; a side-by-side table, one JSON, one plot.
 int compare(tb::options o) {
   const auto dir =
@@ -200,52 +239,23 @@ int compare(tb::options o) {
     }
   } guard{dir};
 
-  const int np = o.np != 0 ? o.np : 2;
-  o.np = np;
-  int status = 0;
-  std::vector<std::string> files;
-  const std::string own = (dir / "tutti.json").string();
+  o.np = o.np != 0 ? o.np : 2;
+  std::vector<std::string> files{(dir / "tutti.json").string()};
   {
     tb::options mine = o;
-    mine.json = own;
-    status = run_tutti(mine);
-    if (status != 0) return status;
-    files.push_back(own);
+    mine.json = files.front();
+    if (const int rc = run_tutti(mine); rc != 0) return rc;
   }
-  // Runs one peer over the sweep into `json`; keeps the file when it succeeded.
-  auto run_peer = [&](const std::string& what, std::vector<std::string> argv,
-                      const std::string& json) {
-    for (auto& a : forwarded(o, json)) argv.push_back(std::move(a));
+  bool failed = false;
+  for (auto& peer : peer_runs(o, o.np, dir, failed)) {
+    for (auto& a : forwarded(o, peer.json)) peer.argv.push_back(std::move(a));
     std::printf("\n");
-    if (const int rc = run_command(argv); rc != 0) {
-      std::fprintf(stderr, "tutti-bench: the %s peer failed (exit %d)\n", what.c_str(), rc);
-      status = 1;
-      return;
-    }
-    files.push_back(json);
-  };
-  for (const auto& peer : o.compare) {
-    const auto exe = self_dir() / (peer == "mpi" ? "tutti-bench-mpi" : "tutti-bench-gloo");
-    if (!std::filesystem::exists(exe)) {
-      std::fprintf(stderr, "tutti-bench: %s not built (%s)\n", exe.c_str(),
-                   peer == "mpi" ? "MPI was not found at configure time"
-                                 : "configure with -DTUTTI_WITH_GLOO=ON");
-      status = 1;
+    if (const int rc = run_command(peer.argv); rc != 0) {
+      std::fprintf(stderr, "tutti-bench: the %s peer failed (exit %d)\n", peer.what.c_str(), rc);
+      failed = true;
       continue;
     }
-    if (peer == "mpi") {
-      std::vector<std::string> argv{"mpirun",          "-np",       std::to_string(np),
-                                    "--oversubscribe", "--bind-to", "none",
-                                    "--mca",           "pml",       "ob1",
-                                    "--mca",           "btl",       "self,vader"};
-      if (::geteuid() == 0) argv.insert(argv.begin() + 1, "--allow-run-as-root");
-      argv.push_back(exe.string());
-      run_peer("MPI", std::move(argv), (dir / "mpi.json").string());
-      continue;
-    }
-    for (const auto& algo : gloo_algorithms(o.coll))
-      run_peer("Gloo (" + algo + ")", {exe.string(), "--np", std::to_string(np), "--algo", algo},
-               (dir / ("gloo-" + algo + ".json")).string());
+    files.push_back(peer.json);  // only the runs that succeeded
   }
   std::vector<tb::json_run> runs;
   for (const auto& f : files) runs.push_back(tb::read_run(f));
@@ -254,8 +264,8 @@ int compare(tb::options o) {
   tb::write_merged(merged, runs);
   const std::string png =
       o.plot.empty() ? "tutti-bench-" + std::string(tb::name_of(o.coll)) + ".png" : o.plot;
-  if (plot(o, merged, png, false) != 0) status = 1;
-  return status;
+  if (plot(o, merged, png, false) != 0) failed = true;
+  return failed ? 1 : 0;
 }
 
 }  // namespace

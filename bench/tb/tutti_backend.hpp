@@ -118,38 +118,60 @@ class tutti_backend {
 
   template <class T>
   void call(const call_args<T>& a) {
+    const bool reduces = a.coll == collective::all_reduce || a.coll == collective::reduce ||
+                         a.coll == collective::reduce_scatter;
+    if (reduces)
+      with_op(a.op, [&](auto op) { call_reducing(a, op); });
+    else
+      call_moving(a);
+  }
+
+ private:
+  // all_reduce, reduce and reduce_scatter with the reduction `op`.
+  template <class T, class Op>
+  void call_reducing(const call_args<T>& a, Op op) {
     const bool ip = a.where == placement::in_place;
     std::span<const T> in(a.in, a.s.in_elems);
     std::span<T> out(a.out, a.s.out_elems);
     std::span<T> buf(a.out, a.s.buf_elems);
     switch (a.coll) {
       case collective::all_reduce:
-        if constexpr (tutti::detail::has_all_reduce<algorithm, transport>)
-          with_op(a.op, [&](auto op) {
-            if (ip)
-              comm_.all_reduce(buf, op);
-            else
-              comm_.all_reduce(in, out, op);
-          });
+        if constexpr (tutti::detail::has_all_reduce<algorithm, transport>) {
+          if (ip)
+            comm_.all_reduce(buf, op);
+          else
+            comm_.all_reduce(in, out, op);
+        }
         return;
       case collective::reduce:
-        if constexpr (tutti::detail::has_reduce<algorithm, transport>)
-          with_op(a.op, [&](auto op) {
-            if (ip)
-              comm_.reduce(buf, op, a.root);
-            else
-              comm_.reduce(in, out, op, a.root);
-          });
+        if constexpr (tutti::detail::has_reduce<algorithm, transport>) {
+          if (ip)
+            comm_.reduce(buf, op, a.root);
+          else
+            comm_.reduce(in, out, op, a.root);
+        }
         return;
       case collective::reduce_scatter:
-        if constexpr (tutti::detail::has_reduce_scatter<algorithm, transport>)
-          with_op(a.op, [&](auto op) {
-            if (ip)
-              comm_.reduce_scatter(buf, op);
-            else
-              comm_.reduce_scatter(in, out, op);
-          });
+        if constexpr (tutti::detail::has_reduce_scatter<algorithm, transport>) {
+          if (ip)
+            comm_.reduce_scatter(buf, op);
+          else
+            comm_.reduce_scatter(in, out, op);
+        }
         return;
+      default:
+        return;  // call() sends only these here
+    }
+  }
+
+  // The collectives that move data without reducing it.
+  template <class T>
+  void call_moving(const call_args<T>& a) {
+    const bool ip = a.where == placement::in_place;
+    std::span<const T> in(a.in, a.s.in_elems);
+    std::span<T> out(a.out, a.s.out_elems);
+    std::span<T> buf(a.out, a.s.buf_elems);
+    switch (a.coll) {
       case collective::broadcast:
         if constexpr (tutti::detail::has_broadcast<algorithm, transport>)
           comm_.broadcast(buf, a.root);
@@ -178,10 +200,11 @@ class tutti_backend {
             comm_.all_to_all(in, out);
         }
         return;
+      default:
+        return;  // call() sends the reductions to call_reducing
     }
   }
 
- private:
   template <class F>
   static void with_op(redop op, F&& f) {
     switch (op) {
