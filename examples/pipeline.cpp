@@ -135,108 +135,132 @@ std::vector<layer> reference(const config& c) {
   return net;
 }
 
-template <class Comm>
-int train(Comm& comm, const config& c) {
-  const auto S = static_cast<std::size_t>(comm.size());
-  const auto s = static_cast<std::size_t>(comm.rank());
-  const std::size_t first = s * layers / S, end = (s + 1) * layers / S;
-  std::vector<layer> mine;
-  for (std::size_t l = first; l < end; ++l) mine.emplace_back(l);
-  const bool head = s == 0, tail = s + 1 == S;
-  const int prev = static_cast<int>(s) - 1, next = static_cast<int>(s) + 1;
-  const std::size_t in_w = widths[first], out_w = widths[end];
-  auto fwd_tag = [](std::size_t m) { return static_cast<std::uint64_t>(m); };
-  auto bwd_tag = [](std::size_t m) { return static_cast<std::uint64_t>(1000 + m); };
-
-  std::vector<real> ys;
-  for (std::size_t k = 0; k < c.steps; ++k) {
-    // acts[m]: the inputs of each of this stage's layers and the last output, for micro-batch m.
-    std::vector<std::vector<std::vector<real>>> acts(c.micro);
-    std::vector<std::vector<real>> targets(c.micro), grad_in(c.micro), grad_out(c.micro);
-    std::vector<tutti::work> sends;  // waited at the end of the step: their buffers live till then
-
-    auto forward = [&](std::size_t m) {
-      std::vector<real> x;
-      if (head) {
-        x = micro_batch(c, k, m, targets[m]);
-      } else {
-        x.resize(c.rows * in_w);
-        comm.irecv(std::span<real>(x), prev, fwd_tag(m)).wait();
-        if (tail) (void)micro_batch(c, k, m, targets[m]);
-      }
-      acts[m].push_back(std::move(x));
-      for (const layer& L : mine) acts[m].push_back(L.forward(acts[m].back(), c.rows));
-    };
-    auto send_forward = [&](std::size_t m) {
-      if (!tail)
-        sends.push_back(comm.isend(std::span<const real>(acts[m].back()), next, fwd_tag(m)));
-    };
-    auto backward = [&](std::size_t m) {
-      std::vector<real> d = tail ? loss_gradient(c, acts[m].back(), targets[m]) : grad_in[m];
-      for (std::size_t i = mine.size(); i-- > 0;)
-        d = mine[i].backward(acts[m][i], acts[m][i + 1], d, c.rows);
-      grad_out[m] = std::move(d);
-      if (!head) sends.push_back(comm.isend(std::span<const real>(grad_out[m]), prev, bwd_tag(m)));
-    };
-    auto recv_backward = [&](std::size_t m) {
-      if (tail) return;
-      grad_in[m].resize(c.rows * out_w);
-      comm.irecv(std::span<real>(grad_in[m]), next, bwd_tag(m)).wait();
-    };
-
-    const std::size_t warmup = std::min(S - 1 - s, c.micro);
-    for (std::size_t m = 0; m < warmup; ++m) {
-      forward(m);
-      send_forward(m);
-    }
-    for (std::size_t i = 0; i + warmup < c.micro; ++i) {
-      const std::size_t m = warmup + i;
-      forward(m);
-      if (tail) {
-        backward(i);
-        continue;
-      }
-      // Send this output and receive micro-batch i's gradient together.
-      grad_in[i].resize(c.rows * out_w);
-      comm.batch()
-          .send(std::span<const real>(acts[m].back()), next, fwd_tag(m))
-          .recv(std::span<real>(grad_in[i]), next, bwd_tag(i))
-          .run();
-      backward(i);
-    }
-    for (std::size_t i = c.micro - warmup; i < c.micro; ++i) {
-      recv_backward(i);
-      backward(i);
-    }
-    for (auto& w : sends) w.wait();
-    for (layer& L : mine) L.step(c.lr);
-  }
-
-  // Rank 0 collects every stage's layers and checks them against one process.
+// The weights and biases of `net`'s layers, one after another.
+std::vector<real> flatten(const std::vector<layer>& net) {
   std::vector<real> flat;
-  for (const layer& L : mine) {
+  for (const layer& L : net) {
     flat.insert(flat.end(), L.w.begin(), L.w.end());
     flat.insert(flat.end(), L.b.begin(), L.b.end());
   }
-  const auto all = comm.gather_object(flat, 0);
-  if (comm.rank() != 0) return 0;
-  const auto ref = reference(c);
-  std::vector<real> want;
-  for (const layer& L : ref) {
-    want.insert(want.end(), L.w.begin(), L.w.end());
-    want.insert(want.end(), L.b.begin(), L.b.end());
+  return flat;
+}
+
+// One rank's stage: its layers, its neighbours, and the 1F1B schedule of one step.
+template <class Comm>
+class stage {
+ public:
+  stage(Comm& comm, const config& c)
+      : comm_(comm),
+        c_(c),
+        S_(static_cast<std::size_t>(comm.size())),
+        s_(static_cast<std::size_t>(comm.rank())),
+        first_(s_ * layers / S_),
+        end_((s_ + 1) * layers / S_) {
+    for (std::size_t l = first_; l < end_; ++l) mine_.emplace_back(l);
   }
+  [[nodiscard]] const std::vector<layer>& layers_held() const { return mine_; }
+
+  // Step k: warm-up forwards, then one forward and one backward at a time, then the remaining
+  // backwards; then SGD on this stage's layers.
+  void step(std::size_t k) {
+    k_ = k;
+    acts_.assign(c_.micro, {});
+    targets_.assign(c_.micro, {});
+    grad_in_.assign(c_.micro, {});
+    grad_out_.assign(c_.micro, {});
+    const std::size_t warmup = std::min(S_ - 1 - s_, c_.micro);
+    for (std::size_t m = 0; m < warmup; ++m) {
+      forward(m);
+      if (!tail())
+        sends_.push_back(comm_.isend(std::span<const real>(acts_[m].back()), next(), fwd_tag(m)));
+    }
+    for (std::size_t i = 0; i + warmup < c_.micro; ++i) {
+      const std::size_t m = warmup + i;
+      forward(m);
+      if (!tail()) {
+        // Send this output and receive micro-batch i's gradient together.
+        grad_in_[i].resize(c_.rows * widths[end_]);
+        comm_.batch()
+            .send(std::span<const real>(acts_[m].back()), next(), fwd_tag(m))
+            .recv(std::span<real>(grad_in_[i]), next(), bwd_tag(i))
+            .run();
+      }
+      backward(i);
+    }
+    for (std::size_t i = c_.micro - warmup; i < c_.micro; ++i) {
+      if (!tail()) {
+        grad_in_[i].resize(c_.rows * widths[end_]);
+        comm_.irecv(std::span<real>(grad_in_[i]), next(), bwd_tag(i)).wait();
+      }
+      backward(i);
+    }
+    for (auto& w : sends_) w.wait();  // their buffers lived until now
+    sends_.clear();
+    for (layer& L : mine_) L.step(c_.lr);
+  }
+
+ private:
+  [[nodiscard]] bool head() const { return s_ == 0; }
+  [[nodiscard]] bool tail() const { return s_ + 1 == S_; }
+  [[nodiscard]] int prev() const { return static_cast<int>(s_) - 1; }
+  [[nodiscard]] int next() const { return static_cast<int>(s_) + 1; }
+  static std::uint64_t fwd_tag(std::size_t m) { return m; }
+  static std::uint64_t bwd_tag(std::size_t m) { return 1000 + m; }
+
+  // Micro-batch m's input (from the data or the previous stage) through this stage's layers.
+  void forward(std::size_t m) {
+    std::vector<real> x;
+    if (head()) {
+      x = micro_batch(c_, k_, m, targets_[m]);
+    } else {
+      x.resize(c_.rows * widths[first_]);
+      comm_.irecv(std::span<real>(x), prev(), fwd_tag(m)).wait();
+      if (tail()) (void)micro_batch(c_, k_, m, targets_[m]);
+    }
+    acts_[m].push_back(std::move(x));
+    for (const layer& L : mine_) acts_[m].push_back(L.forward(acts_[m].back(), c_.rows));
+  }
+  // Micro-batch m's gradient (from the loss or the next stage) back through this stage's
+  // layers, and on to the previous stage.
+  void backward(std::size_t m) {
+    std::vector<real> d = tail() ? loss_gradient(c_, acts_[m].back(), targets_[m]) : grad_in_[m];
+    for (std::size_t i = mine_.size(); i-- > 0;)
+      d = mine_[i].backward(acts_[m][i], acts_[m][i + 1], d, c_.rows);
+    grad_out_[m] = std::move(d);
+    if (!head())
+      sends_.push_back(comm_.isend(std::span<const real>(grad_out_[m]), prev(), bwd_tag(m)));
+  }
+
+  Comm& comm_;
+  const config& c_;
+  std::size_t S_, s_, first_, end_;  // stages, this one, its layers [first_, end_)
+  std::vector<layer> mine_;
+  std::size_t k_ = 0;  // the step under way
+  // acts_[m]: the inputs of each of this stage's layers and the last output, for micro-batch m.
+  std::vector<std::vector<std::vector<real>>> acts_;
+  std::vector<std::vector<real>> targets_, grad_in_, grad_out_;
+  std::vector<tutti::work> sends_;  // waited at the end of the step
+};
+
+template <class Comm>
+int train(Comm& comm, const config& c) {
+  stage<Comm> st(comm, c);
+  for (std::size_t k = 0; k < c.steps; ++k) st.step(k);
+
+  // Rank 0 collects every stage's layers and checks them against one process.
+  const auto all = comm.gather_object(flatten(st.layers_held()), 0);
+  if (comm.rank() != 0) return 0;
+  const std::vector<real> want = flatten(reference(c));
   std::vector<real> got;
   for (const auto& part : all) got.insert(got.end(), part.begin(), part.end());
   double worst = got.size() == want.size() ? 0.0 : 1.0;
-  for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+  for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i)
     worst = std::max(worst, synthetic::relative_difference(got[i], want[i]));
-  }
   const bool ok = worst <= 1e-9;
   std::printf(
-      "pipeline: %zu stages, %zu micro-batches of %zu, %zu steps (1F1B): largest relative "
+      "pipeline: %d stages, %zu micro-batches of %zu, %zu steps (1F1B): largest relative "
       "difference from one process %.3g: %s\n",
-      S, c.micro, c.rows, c.steps, worst, ok ? "ok" : "WRONG");
+      comm.size(), c.micro, c.rows, c.steps, worst, ok ? "ok" : "WRONG");
   return ok ? 0 : 1;
 }
 
