@@ -83,78 +83,11 @@ class powersgd_hook {
 
   tutti::work operator()(const tutti::bucket_view& b) {
     auto data = b.as<real>();
-    const auto p = static_cast<real>(comm_.size());
-    struct mat {
-      std::size_t grad, at, n, m, r;
-    };
-    std::vector<mat> mats;
-    std::size_t at = 0;
-    std::vector<real> vecs;  // the bucket's vectors, packed: averaged uncompressed
-    std::vector<std::pair<std::size_t, std::size_t>> vec_at;
-    for (const std::size_t g : b.gradients) {
-      const shape s = shapes[g];
-      if (s.rows == 1) {
-        vec_at.emplace_back(at, s.cols);
-        vecs.insert(vecs.end(), data.begin() + static_cast<std::ptrdiff_t>(at),
-                    data.begin() + static_cast<std::ptrdiff_t>(at + s.cols));
-      } else {
-        mats.push_back({g, at, s.rows, s.cols, std::min({r_, s.rows, s.cols})});
-      }
-      at += s.rows * s.cols;
-    }
-    comm_.all_reduce(std::span<real>(vecs), tutti::sum);
-    std::size_t v = 0;
-    for (const auto& [where, n] : vec_at)
-      for (std::size_t i = 0; i < n; ++i) data[where + i] = vecs[v++] / p;
-
-    // M += error; P = M Q for every matrix, packed into one all-reduce.
+    const std::vector<mat> mats = average_vectors(b, data);
     std::vector<matrix> ms;
-    std::vector<real> ps;
-    for (const mat& x : mats) {
-      matrix m(data.begin() + static_cast<std::ptrdiff_t>(x.at),
-               data.begin() + static_cast<std::ptrdiff_t>(x.at + x.n * x.m));
-      auto& err = error_[x.grad];
-      if (err.empty()) err.assign(m.size(), 0.0);
-      for (std::size_t i = 0; i < m.size(); ++i) m[i] += err[i];
-      const matrix mp = times(m, q_of(x.grad, x.m, x.r), x.n, x.m, x.r);
-      ps.insert(ps.end(), mp.begin(), mp.end());
-      ms.push_back(std::move(m));
-    }
-    if (check_) check_->before(ms, mats.size());
-    comm_.all_reduce(std::span<real>(ps), tutti::sum);
-    // Orthonormalize each P; Q = M^T P, packed into the second all-reduce.
-    std::vector<matrix> phat;
-    std::vector<real> qs;
-    std::size_t off = 0;
-    for (std::size_t k = 0; k < mats.size(); ++k) {
-      const mat& x = mats[k];
-      matrix pk(ps.begin() + static_cast<std::ptrdiff_t>(off),
-                ps.begin() + static_cast<std::ptrdiff_t>(off + x.n * x.r));
-      off += x.n * x.r;
-      for (real& e : pk) e /= p;
-      orthonormalize(pk, x.n, x.r);
-      const matrix qk = times(transpose(ms[k], x.n, x.m), pk, x.m, x.n, x.r);
-      qs.insert(qs.end(), qk.begin(), qk.end());
-      phat.push_back(std::move(pk));
-    }
-    comm_.all_reduce(std::span<real>(qs), tutti::sum);
-    off = 0;
-    for (std::size_t k = 0; k < mats.size(); ++k) {
-      const mat& x = mats[k];
-      matrix& q = q_[x.grad];  // warm start: the next step begins from this Q
-      q.assign(qs.begin() + static_cast<std::ptrdiff_t>(off),
-               qs.begin() + static_cast<std::ptrdiff_t>(off + x.m * x.r));
-      off += x.m * x.r;
-      for (real& e : q) e /= p;
-      const matrix mhat = times(phat[k], transpose(q, x.m, x.r), x.n, x.r, x.m);
-      auto& err = error_[x.grad];
-      for (std::size_t i = 0; i < mhat.size(); ++i) {
-        err[i] = ms[k][i] - mhat[i];
-        data[x.at + i] = mhat[i];
-      }
-      if (check_) check_->after(k, x.grad, mhat);
-    }
-    return {};  // done: every collective above was blocking
+    const std::vector<matrix> phat = orthonormal_ps(mats, data, ms);
+    apply_qs(mats, ms, phat, data);
+    return {};  // done: every collective was blocking
   }
 
   /// Rank 0 computes the definition from every rank's M; after() compares.
@@ -198,6 +131,97 @@ class powersgd_hook {
   void check_with(checker* c) { check_ = c; }
 
  private:
+  // A weight matrix of the bucket: its gradient, where it starts in the bucket, n x m, rank r.
+  struct mat {
+    std::size_t grad, at, n, m, r;
+  };
+
+  // Averages the bucket's vectors uncompressed, packed into one all-reduce; returns its
+  // matrices.
+  std::vector<mat> average_vectors(const tutti::bucket_view& b, std::span<real> data) {
+    std::vector<mat> mats;
+    std::vector<real> vecs;
+    std::vector<std::pair<std::size_t, std::size_t>> vec_at;  // where each vector is, its size
+    std::size_t at = 0;
+    for (const std::size_t g : b.gradients) {
+      const shape s = shapes[g];
+      if (s.rows == 1) {
+        vec_at.emplace_back(at, s.cols);
+        vecs.insert(vecs.end(), data.begin() + static_cast<std::ptrdiff_t>(at),
+                    data.begin() + static_cast<std::ptrdiff_t>(at + s.cols));
+      } else {
+        mats.push_back({g, at, s.rows, s.cols, std::min({r_, s.rows, s.cols})});
+      }
+      at += s.rows * s.cols;
+    }
+    comm_.all_reduce(std::span<real>(vecs), tutti::sum);
+    std::size_t v = 0;
+    for (const auto& [where, n] : vec_at)
+      for (std::size_t i = 0; i < n; ++i) data[where + i] = vecs[v++] / ranks();
+    return mats;
+  }
+
+  // M += error (into `ms`); P = mean_ranks(M Q), every matrix's packed into one all-reduce;
+  // returns each P with orthonormal columns.
+  std::vector<matrix> orthonormal_ps(const std::vector<mat>& mats, std::span<const real> data,
+                                     std::vector<matrix>& ms) {
+    std::vector<real> ps;
+    for (const mat& x : mats) {
+      matrix m(data.begin() + static_cast<std::ptrdiff_t>(x.at),
+               data.begin() + static_cast<std::ptrdiff_t>(x.at + x.n * x.m));
+      auto& err = error_[x.grad];
+      if (err.empty()) err.assign(m.size(), 0.0);
+      for (std::size_t i = 0; i < m.size(); ++i) m[i] += err[i];
+      const matrix mp = times(m, q_of(x.grad, x.m, x.r), x.n, x.m, x.r);
+      ps.insert(ps.end(), mp.begin(), mp.end());
+      ms.push_back(std::move(m));
+    }
+    if (check_) check_->before(ms, mats.size());
+    comm_.all_reduce(std::span<real>(ps), tutti::sum);
+    std::vector<matrix> phat;
+    std::size_t off = 0;
+    for (const mat& x : mats) {
+      matrix pk(ps.begin() + static_cast<std::ptrdiff_t>(off),
+                ps.begin() + static_cast<std::ptrdiff_t>(off + x.n * x.r));
+      off += x.n * x.r;
+      for (real& e : pk) e /= ranks();
+      orthonormalize(pk, x.n, x.r);
+      phat.push_back(std::move(pk));
+    }
+    return phat;
+  }
+
+  // Q = mean_ranks(M^T P), packed into the second all-reduce; the gradient becomes
+  // M_hat = P Q^T, and error = M - M_hat.
+  void apply_qs(const std::vector<mat>& mats, const std::vector<matrix>& ms,
+                const std::vector<matrix>& phat, std::span<real> data) {
+    std::vector<real> qs;
+    for (std::size_t k = 0; k < mats.size(); ++k) {
+      const mat& x = mats[k];
+      const matrix qk = times(transpose(ms[k], x.n, x.m), phat[k], x.m, x.n, x.r);
+      qs.insert(qs.end(), qk.begin(), qk.end());
+    }
+    comm_.all_reduce(std::span<real>(qs), tutti::sum);
+    std::size_t off = 0;
+    for (std::size_t k = 0; k < mats.size(); ++k) {
+      const mat& x = mats[k];
+      matrix& q = q_[x.grad];  // warm start: the next step begins from this Q
+      q.assign(qs.begin() + static_cast<std::ptrdiff_t>(off),
+               qs.begin() + static_cast<std::ptrdiff_t>(off + x.m * x.r));
+      off += x.m * x.r;
+      for (real& e : q) e /= ranks();
+      const matrix mhat = times(phat[k], transpose(q, x.m, x.r), x.n, x.r, x.m);
+      auto& err = error_[x.grad];
+      for (std::size_t i = 0; i < mhat.size(); ++i) {
+        err[i] = ms[k][i] - mhat[i];
+        data[x.at + i] = mhat[i];
+      }
+      if (check_) check_->after(k, x.grad, mhat);
+    }
+  }
+
+  [[nodiscard]] real ranks() const { return static_cast<real>(comm_.size()); }
+
   // Q of gradient g (m x r): the last step's, or a random one the same on every rank.
   const matrix& q_of(std::size_t g, std::size_t m, std::size_t r) {
     matrix& q = q_[g];
@@ -223,40 +247,30 @@ struct config {
   real lr = 0.2;
 };
 
-template <class Comm>
-int train(Comm& comm, const config& c) {
-  std::vector<std::vector<real>> params(4), grads(4);
-  for (std::size_t k = 0; k < 4; ++k) {
-    params[k].assign(shapes[k].rows * shapes[k].cols, 0.0);
-    grads[k].assign(params[k].size(), 0.0);
+// The model's parameters and gradients (shapes[k]), and one rank's forward and backward.
+struct model {
+  std::vector<std::vector<real>> params, grads;
+
+  model() : params(4), grads(4) {
+    for (std::size_t k = 0; k < 4; ++k) {
+      params[k].assign(shapes[k].rows * shapes[k].cols, 0.0);
+      grads[k].assign(params[k].size(), 0.0);
+    }
+    for (std::size_t i = 0; i < params[0].size(); ++i) params[0][i] = 0.25 * noise(100 + i);
+    for (std::size_t i = 0; i < params[2].size(); ++i) params[2][i] = 0.18 * noise(200'000 + i);
   }
-  for (std::size_t i = 0; i < params[0].size(); ++i) params[0][i] = 0.25 * noise(100 + i);
-  for (std::size_t i = 0; i < params[2].size(); ++i) params[2][i] = 0.18 * noise(200'000 + i);
 
-  powersgd_hook<Comm> hook(comm, c.rank);
-  typename powersgd_hook<Comm>::checker check{comm, hook, {}, 0.0, 0};
-  hook.check_with(&check);
-  tutti::bucketer b(comm,
-                    {.first_bucket_bytes = 2048,
-                     .bucket_bytes = 4096,
-                     .all_reduce_hook = [&](const tutti::bucket_view& v) { return hook(v); }});
-  for (auto& g : grads) b.add(std::span<real>(g));
-
-  const auto& w1 = params[0];
-  const auto& b1 = params[1];
-  const auto& w2 = params[2];
-  const auto& b2 = params[3];
-  real first = -1, last = 0;
-  std::vector<real> x(in_dim), y(out_dim), h(hidden), d2(out_dim), d1(hidden);
-  for (std::size_t step = 0; step < c.steps; ++step) {
+  // Adds the gradients of the mean loss over `batch` samples from `first` on; returns that loss.
+  real accumulate(std::size_t first, std::size_t batch) {
+    const auto& w1 = params[0];
+    const auto& b1 = params[1];
+    const auto& w2 = params[2];
+    const auto& b2 = params[3];
+    std::vector<real> x(in_dim), y(out_dim), h(hidden), d2(out_dim), d1(hidden);
+    const real weight = 1.0 / static_cast<real>(batch);
     real loss = 0;
-    const real weight = 1.0 / static_cast<real>(c.batch);
-    for (std::size_t s = 0; s < c.batch; ++s) {
-      sample(
-          (step * static_cast<std::size_t>(comm.size()) + static_cast<std::size_t>(comm.rank())) *
-                  c.batch +
-              s,
-          x.data(), y.data());
+    for (std::size_t s = 0; s < batch; ++s) {
+      sample(first + s, x.data(), y.data());
       for (std::size_t j = 0; j < hidden; ++j) {
         real a = b1[j];
         for (std::size_t k = 0; k < in_dim; ++k) a += w1[j * in_dim + k] * x[k];
@@ -282,19 +296,43 @@ int train(Comm& comm, const config& c) {
         for (std::size_t k = 0; k < in_dim; ++k) grads[0][j * in_dim + k] += weight * d1[j] * x[k];
       }
     }
+    return loss;
+  }
+
+  // Plain SGD; the gradients start again from zero.
+  void step(real lr) {
+    for (std::size_t k = 0; k < 4; ++k)
+      for (std::size_t i = 0; i < params[k].size(); ++i)
+        params[k][i] -= lr * std::exchange(grads[k][i], 0.0);
+  }
+};
+
+template <class Comm>
+int train(Comm& comm, const config& c) {
+  model net;
+  powersgd_hook<Comm> hook(comm, c.rank);
+  typename powersgd_hook<Comm>::checker check{comm, hook, {}, 0.0, 0};
+  hook.check_with(&check);
+  tutti::bucketer b(comm,
+                    {.first_bucket_bytes = 2048,
+                     .bucket_bytes = 4096,
+                     .all_reduce_hook = [&](const tutti::bucket_view& v) { return hook(v); }});
+  for (auto& g : net.grads) b.add(std::span<real>(g));
+
+  const auto ranks = static_cast<std::size_t>(comm.size());
+  const auto rank = static_cast<std::size_t>(comm.rank());
+  real first = -1, last = 0;
+  for (std::size_t step = 0; step < c.steps; ++step) {
+    real loss = net.accumulate((step * ranks + rank) * c.batch, c.batch);
     for (std::size_t k = 4; k-- > 0;) b.mark_ready(k);
     b.finish();  // the hook: compressed, averaged
-    for (std::size_t k = 0; k < 4; ++k)
-      for (std::size_t i = 0; i < params[k].size(); ++i) {
-        params[k][i] -= c.lr * grads[k][i];
-        grads[k][i] = 0;
-      }
+    net.step(c.lr);
     comm.all_reduce(std::span<real>(&loss, 1), tutti::avg);
     if (step == 0) first = loss;
     last = loss;
   }
   std::vector<real> flat;
-  for (const auto& p : params) flat.insert(flat.end(), p.begin(), p.end());
+  for (const auto& p : net.params) flat.insert(flat.end(), p.begin(), p.end());
   const auto everyone = comm.all_gather_object(flat);
   const bool same = std::all_of(everyone.begin(), everyone.end(),
                                 [&](const auto& v) { return v == everyone.front(); });
