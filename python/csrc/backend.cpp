@@ -95,6 +95,72 @@ std::set<backend*>& registry() {
   return live;
 }
 
+using monitor_clock = std::chrono::steady_clock;
+
+/// Whether `key` is in `store` by `until` (polled: a timed-out store wait may leave a TCPStore
+/// connection out of step).
+bool arrives(c10d::Store& store, const std::string& key, monitor_clock::time_point until) {
+  using std::chrono::milliseconds;
+  for (auto pause = milliseconds(1);; pause = std::min(2 * pause, milliseconds(20))) {
+    if (store.check({key})) return true;
+    if (monitor_clock::now() >= until) return false;
+    std::this_thread::sleep_for(pause);
+  }
+}
+
+/// A rank other than 0 in monitoredBarrier: says it arrived under `base`, then waits up to
+/// `waited` from `start` for rank 0's verdict; throws gloo's words and rank 0's (or that it said
+/// nothing in time).
+void monitored_follow(c10d::Store& store, const std::string& base, int rank,
+                      monitor_clock::time_point start, monitor_clock::duration waited) {
+  store.set(base + std::to_string(rank), std::vector<uint8_t>{1});
+  const std::string verdict = base + "verdict";
+  const std::string failed = "Rank " + std::to_string(rank) +
+                             " successfully reached monitoredBarrier, but received errors while "
+                             "waiting for send/recv from rank 0. Please check rank 0 logs for "
+                             "faulty rank. ";
+  if (!arrives(store, verdict, start + waited))
+    C10_THROW_ERROR(
+        DistBackendError,
+        failed + "(No word from rank 0 within " +
+            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) +
+            " ms.)");
+  const std::vector<uint8_t> v = store.get(verdict);
+  if (v.empty()) return;  // every rank arrived
+  C10_THROW_ERROR(DistBackendError,
+                  failed + "(Rank 0 says: " + std::string(v.begin(), v.end()) + ")");
+}
+
+/// Rank 0's verdict in monitoredBarrier, in gloo's words (empty: every rank arrived). It takes
+/// the others in order, as gloo's: without `wait_all` what is left of the timeout is checked
+/// before each (none left: it timed out), and the first missing rank ends the wait; with it,
+/// every rank is waited for until the timeout and all missing are named.
+std::string monitored_verdict(c10d::Store& store, const std::string& base, int size,
+                              monitor_clock::time_point start, std::chrono::milliseconds timeout,
+                              bool wait_all) {
+  std::vector<int> missing, processed;
+  std::string why;
+  for (int r = 1; r < size && why.empty() && (wait_all || missing.empty()); ++r) {
+    if (!wait_all && monitor_clock::now() - start >= timeout) {
+      why = "Rank 0 timed out in monitoredBarrier after " + std::to_string(timeout.count()) +
+            " ms.\n";
+      for (std::size_t i = 0; i < processed.size(); ++i)
+        why += (i == 0 ? "Successfully processed ranks: " : ", ") + std::to_string(processed[i]);
+      if (processed.empty()) why += "No ranks successfully processed in monitoredBarrier.";
+    } else if (arrives(store, base + std::to_string(r), start + timeout)) {
+      processed.push_back(r);
+    } else {
+      missing.push_back(r);
+    }
+  }
+  if (missing.size() == 1) why = "[Rank 0]: Rank " + std::to_string(missing[0]);
+  for (std::size_t i = 0; missing.size() > 1 && i < missing.size(); ++i)
+    why += (i == 0 ? "[Rank 0]: Ranks " : ", ") + std::to_string(missing[i]);
+  if (!missing.empty())
+    why += " failed to pass monitoredBarrier in " + std::to_string(timeout.count()) + " ms";
+  return why;
+}
+
 }  // namespace
 
 backend::backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -565,66 +631,19 @@ c10::intrusive_ptr<c10d::Work> backend::alltoall(std::vector<at::Tensor>& output
 }
 
 void backend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
-  using clock = std::chrono::steady_clock;
-  using std::chrono::milliseconds;
   // A negative timeout is torch's kUnsetTimeout (the group's); zero is a timeout, as in gloo.
-  const milliseconds timeout = opts.timeout.count() >= 0 ? opts.timeout : opts_.timeout;
-  const auto start = clock::now();
-  // Rank 0 gives the others `timeout`; they give rank 0 as long again (at least 1 s more) to
-  // say how that went.
-  const auto waited = getRank() == 0 ? timeout : 2 * timeout + std::chrono::seconds(1);
+  const std::chrono::milliseconds timeout =
+      opts.timeout.count() >= 0 ? opts.timeout : opts_.timeout;
+  const auto start = monitor_clock::now();
   const std::string base = "tutti/monitored_barrier/" + std::to_string(++monitored_) + "/";
-  // Whether `key` is in the store by `until` (polled: a timed-out store wait may leave a
-  // TCPStore connection out of step).
-  const auto arrives = [&](const std::string& key, clock::time_point until) {
-    for (auto pause = milliseconds(1);; pause = std::min(2 * pause, milliseconds(20))) {
-      if (store_->check({key})) return true;
-      if (clock::now() >= until) return false;
-      std::this_thread::sleep_for(pause);
-    }
-  };
-  const std::string verdict = base + "verdict";
   if (getRank() != 0) {
-    store_->set(base + std::to_string(getRank()), std::vector<uint8_t>{1});
-    // gloo's words, then what rank 0 said (or that it said nothing in time)
-    const std::string failed = "Rank " + std::to_string(getRank()) +
-                               " successfully reached monitoredBarrier, but received errors while "
-                               "waiting for send/recv from rank 0. Please check rank 0 logs for "
-                               "faulty rank. ";
-    if (!arrives(verdict, start + waited))
-      C10_THROW_ERROR(DistBackendError,
-                      failed + "(No word from rank 0 within " +
-                          std::to_string(std::chrono::duration_cast<milliseconds>(waited).count()) +
-                          " ms.)");
-    const std::vector<uint8_t> v = store_->get(verdict);
-    if (v.empty()) return;  // every rank arrived
-    C10_THROW_ERROR(DistBackendError,
-                    failed + "(Rank 0 says: " + std::string(v.begin(), v.end()) + ")");
+    // Rank 0 gives the others `timeout`; they give rank 0 as long again (at least 1 s more) to
+    // say how that went.
+    monitored_follow(*store_, base, getRank(), start, 2 * timeout + std::chrono::seconds(1));
+    return;
   }
-  // Rank 0 takes the others in order, as gloo's: without wait_all_ranks what is left of the
-  // timeout is checked before each (none left: it timed out), and the first missing rank ends
-  // the wait; with it, every rank is waited for until the timeout and all missing are named.
-  std::vector<int> missing, processed;
-  std::string why;
-  for (int r = 1; r < getSize() && why.empty() && (waitAllRanks || missing.empty()); ++r) {
-    if (!waitAllRanks && clock::now() - start >= timeout) {
-      why = "Rank 0 timed out in monitoredBarrier after " + std::to_string(timeout.count()) +
-            " ms.\n";
-      for (std::size_t i = 0; i < processed.size(); ++i)
-        why += (i == 0 ? "Successfully processed ranks: " : ", ") + std::to_string(processed[i]);
-      if (processed.empty()) why += "No ranks successfully processed in monitoredBarrier.";
-    } else if (arrives(base + std::to_string(r), start + timeout)) {
-      processed.push_back(r);
-    } else {
-      missing.push_back(r);
-    }
-  }
-  if (missing.size() == 1) why = "[Rank 0]: Rank " + std::to_string(missing[0]);
-  for (std::size_t i = 0; missing.size() > 1 && i < missing.size(); ++i)
-    why += (i == 0 ? "[Rank 0]: Ranks " : ", ") + std::to_string(missing[i]);
-  if (!missing.empty())
-    why += " failed to pass monitoredBarrier in " + std::to_string(timeout.count()) + " ms";
-  store_->set(verdict, std::vector<uint8_t>(why.begin(), why.end()));
+  const std::string why = monitored_verdict(*store_, base, getSize(), start, timeout, waitAllRanks);
+  store_->set(base + "verdict", std::vector<uint8_t>(why.begin(), why.end()));
   for (int r = 1; r < getSize(); ++r) store_->deleteKey(base + std::to_string(r));
   if (!why.empty()) C10_THROW_ERROR(DistBackendError, why);
 }
