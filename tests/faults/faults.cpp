@@ -713,6 +713,17 @@ struct harness {
     failures.push_back(what);
   }
 
+  /// One trial: what it drew before its ranks started, and whether everything held.
+  struct trial {
+    std::string transport, mode, where;
+    int np = 2, policy = 0, victim = 0;
+    bool store_mode = false;  // rank 0, the store's host, dies while the world forms
+    bool early = false;       // store mode: before any other rank started
+    double delay = 0;  // ms from "every rank joined" (store mode: from the start) to the fault
+    double limit = 0;  // ms a survivor may take to raise, on a quiet machine
+    bool ok = true;
+  };
+
   /// Every survivor's record, checked; adds detection times to `cell`.
   struct survivor_rule {
     int want_kind = 0;             // 0: any tutti::error
@@ -720,60 +731,235 @@ struct harness {
     double limit_ms = 1000;
   };
 
+  void bad(trial& t, const std::string& what) {
+    t.ok = false;
+    fail(t.where + ": " + what);
+  }
+
+  /// The trial's random choices, in the order the seed has always drawn them.
+  trial draw(const std::string& transport, int np, int policy, const std::string& tag,
+             std::uint64_t& op_seed) {
+    trial t;
+    t.transport = transport;
+    t.mode = cfg.mode;
+    t.np = np;
+    t.policy = policy;
+    op_seed = rng();
+    t.store_mode = t.mode == "store";
+    t.early = t.store_mode && pick(2) == 1;
+    t.victim = t.store_mode ? 0 : pick(np);
+    t.delay = pick(8) == 0 ? 0.0 : uniform(0, cfg.max_delay_ms);
+    t.limit = cfg.limit_ms > 0 ? cfg.limit_ms : default_limit_ms(transport);
+    t.where = tag + " " + transport + " np=" + std::to_string(np) + " " +
+              policy_name(transport, policy) + " victim=" + std::to_string(t.victim) +
+              (t.early ? " early" : "");
+    return t;
+  }
+
+  /// What every rank of `t` runs, meeting at `url`.
+  rank_job job_for(const trial& t, std::uint64_t op_seed, std::string url) const {
+    rank_job job;
+    job.np = t.np;
+    job.seed = op_seed;
+    job.max_count = cfg.max_count;
+    job.url = std::move(url);
+    if (t.mode == "stop")
+      job.timeout = std::chrono::milliseconds(cfg.stop_timeout_ms);
+    else if (t.store_mode)
+      job.timeout = std::chrono::milliseconds(cfg.store_timeout_ms);
+    return job;
+  }
+
+  /// Waits until the moment of the fault: every rank joined, then `t.delay` (store mode: a
+  /// random moment while the others start, or before any started). False if a rank did not
+  /// join.
+  bool await_fault_moment(trial& t, fleet& f, const shared_report& rep) {
+    if (t.store_mode) {
+      sleep_ms(t.early ? uniform(5, 50) : t.delay);
+      return true;
+    }
+    const auto ready_by = clock_type::now() + std::chrono::seconds(60);
+    (void)f.wait_for(
+        [&](int r) { return rep->slot[r].stage.load() == static_cast<int>(stage::starting); },
+        ready_by);
+    for (int r = 0; r < t.np; ++r)
+      if (rep->slot[r].stage.load() != static_cast<int>(stage::joined) || f.exited(r))
+        bad(t, "rank " + std::to_string(r) + " did not join: " + rep->slot[r].what);
+    if (!t.ok) return false;
+    sleep_ms(t.delay);
+    return true;
+  }
+
+  /// Waits for every survivor to end, reports those that hang, and kills what is left. True if
+  /// every survivor ended in time.
+  bool await_survivors(trial& t, fleet& f, const shared_report& rep) {
+    const double hang_s =
+        cfg.hang_s + (t.mode == "stop" ? cfg.stop_timeout_ms / 1000.0 : 0.0) +
+        (t.store_mode ? cfg.store_timeout_ms / 1000.0 + (t.early ? 0 : cfg.max_delay_ms / 1000.0)
+                      : 0.0);
+    const auto hard =
+        clock_type::now() + std::chrono::microseconds(static_cast<long long>(hang_s * 1e6));
+    const bool finished = f.wait_for([&](int r) { return r != t.victim; }, hard);
+    if (!finished)
+      for (int r = 0; r < t.np; ++r)
+        if (r != t.victim && !f.exited(r))
+          bad(t, "HANG: rank " + std::to_string(r) + " still running " + std::to_string(hang_s) +
+                     " s after the fault (stage " + std::to_string(rep->slot[r].stage.load()) +
+                     ")");
+    f.kill_all();
+    if (!WIFSIGNALED(f.status(t.victim)))
+      bad(t, "the victim was not killed by the fault (exit status " +
+                 std::to_string(f.status(t.victim)) + ")");
+    for (int r : f.orphans()) bad(t, "orphan: rank " + std::to_string(r) + " still exists");
+    return finished;
+  }
+
+  /// What the survivors of `t` must do. The limit holds on a quiet machine; a busy one
+  /// stretches detection as it stretches every call, so the limit grows by ten times the
+  /// slowest call any rank made before the fault.
+  survivor_rule rule_for(const trial& t, const shared_report& rep) const {
+    long long slowest_ns = 0;
+    for (int r = 0; r < t.np; ++r)
+      slowest_ns = std::max(slowest_ns, rep->slot[r].slowest_ns.load());
+    const double stretch_ms = t.store_mode ? 0.0 : 10 * double(slowest_ns) * 1e-6;
+    survivor_rule rule;
+    rule.limit_ms = t.limit + stretch_ms;
+    rule.must_name_victim = cfg.require_naming >= 0 ? cfg.require_naming == 1 : t.mode != "stop";
+    if (t.mode == "kill") rule.want_kind = static_cast<int>(tutti::errc::peer_lost);
+    if (t.mode == "stop") rule.want_kind = static_cast<int>(tutti::errc::timeout);
+    return rule;
+  }
+
+  /// How a survivor's error names the fault, for the outcome table.
+  static std::string outcome_of(const trial& t, const rank_slot& s, int kind, int peer) {
+    const std::string_view what = s.what;
+    std::string outcome = kind_name(kind);
+    if (peer == t.victim)
+      outcome += " peer=victim";
+    else if (names_rank(what, t.victim))
+      outcome += " message names victim";
+    else if (what.find("store") != std::string_view::npos)
+      outcome += " message names the store";
+    else
+      outcome += " names rank " + std::to_string(peer);
+    if (s.stage.load() == static_cast<int>(stage::bootstrap_failed)) outcome += " (bootstrap)";
+    return outcome;
+  }
+
+  /// Appends survivor `r`'s record to the JSON trials (up to 64 MiB of them).
+  void record_json(const trial& t, int r, int kind, int peer, double ms, const char* what) {
+    if (json_trials.size() >= (std::size_t{64} << 20)) return;
+    std::string w = what;
+    for (char& ch : w)
+      if (ch == '"' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20) ch = '\'';
+    std::string rec = json_trials.empty() ? "{" : ",\n{";
+    rec += "\"mode\":\"" + t.mode;
+    rec += "\",\"transport\":\"" + t.transport + "\"";
+    rec += ",\"np\":" + std::to_string(t.np);
+    rec += std::string(",\"policy\":\"") + policy_name(t.transport, t.policy) + "\"";
+    rec += ",\"victim\":" + std::to_string(t.victim) + ",\"rank\":" + std::to_string(r);
+    rec += ",\"kind\":\"" + kind_name(kind) + "\",\"peer\":" + std::to_string(peer);
+    rec += ",\"ms\":" + std::to_string(ms) + ",\"what\":\"" + w + "\"}";
+    json_trials += rec;
+  }
+
+  /// Survivor `r` (exit status `st`): it must have caught an error of the rule's kind, naming
+  /// the victim where the rule says so, within the rule's limit of the fault.
+  void judge_survivor(trial& t, int r, const rank_slot& s, int st, bool finished,
+                      long long fault_ns, const survivor_rule& rule, cell_stats& cell) {
+    const std::string who = "rank " + std::to_string(r);
+    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+      if (finished) bad(t, who + " ended with status " + std::to_string(st) + ": " + s.what);
+      return;
+    }
+    const int kind = s.kind.load();
+    const int peer = s.peer.load();
+    const double ms = double(s.caught_ns.load() - fault_ns) * 1e-6;
+    // kill mode: peer() must name the victim; stop mode: peer() or the message; store
+    // mode: rank 0 (the store's host) or the store.
+    const std::string_view what = s.what;
+    const bool named = cfg.self_test_fail ? peer == t.victim + 1
+                       : t.mode == "kill" ? peer == t.victim
+                       : t.store_mode     ? peer == t.victim || names_rank(what, t.victim) ||
+                                            what.find("store") != std::string_view::npos
+                                      : peer == t.victim || names_rank(what, t.victim);
+    ++cell.outcomes[outcome_of(t, s, kind, peer)];
+    cell.ms.push_back(ms);
+    if (cfg.verbose)
+      std::printf("  %s %s: %.2f ms, %ld ops: %s\n", t.where.c_str(), who.c_str(), ms, s.ops.load(),
+                  s.what);
+    record_json(t, r, kind, peer, ms, s.what);
+    const bool kind_ok =
+        rule.want_kind == 0 || kind == rule.want_kind ||
+        (!t.store_mode && kind == static_cast<int>(tutti::errc::aborted)) ||
+        // stop: a rank whose live neighbour timed out and closed sees that close first
+        (t.mode == "stop" && !rule.must_name_victim &&
+         kind == static_cast<int>(tutti::errc::peer_lost));
+    if (!kind_ok)
+      bad(t, who + " raised " + kind_name(kind) + ", expected " + kind_name(rule.want_kind) + ": " +
+                 s.what);
+    if (rule.must_name_victim && !named)
+      bad(t, who + " did not name rank " + std::to_string(t.victim) +
+                 (t.store_mode ? " or the store" : "") + " (peer " + std::to_string(peer) +
+                 "): " + s.what);
+    const double lim = t.mode == "stop" ? cfg.stop_timeout_ms + rule.limit_ms
+                       : t.store_mode
+                           ? cfg.store_timeout_ms + t.limit + (t.early ? 0.0 : cfg.max_delay_ms)
+                           : rule.limit_ms;
+    if (ms > lim || ms < 0)
+      bad(t, who + " raised " + std::to_string(ms) + " ms after the fault (limit " +
+                 std::to_string(lim) + " ms): " + s.what);
+  }
+
+  /// Segments the trial's ranks left in /dev/shm. One rank 0 made before any other rank
+  /// fetched its name died with the store: no surviving process knows the name, so none can
+  /// remove it (a limitation, README.md). Where a survivor attached (it says "while the world
+  /// was forming"), it must remove it.
+  void check_segments(trial& t, const std::set<std::string>& before,
+                      const std::set<long long>& rank_pids, const shared_report& rep) {
+    bool attached = false;
+    for (int r = 1; r < t.np; ++r)
+      attached = attached || std::string_view(rep->slot[r].what).find("world was forming") !=
+                                 std::string_view::npos;
+    for (const auto& n : shm_leaks(before, rank_pids)) {
+      if (t.store_mode && !attached && !cfg.strict_shm) {
+        ++unreachable_segments;
+        std::printf("  note: %s: %s left in /dev/shm, its name known to no survivor (removed)\n",
+                    t.where.c_str(), n.c_str());
+      } else {
+        bad(t, "left in /dev/shm: " + n);
+      }
+    }
+  }
+
   void run_trial(const std::string& transport, int np, int policy, const std::string& tag) {
-    const std::string mode = cfg.mode;
     cell_stats& cell = cells[{transport, np}];
     ++cell.trials;
     ++trials_run;
-    const std::uint64_t op_seed = rng();
-    const bool store_mode = mode == "store";
-    const bool early = store_mode && pick(2) == 1;
-    const int victim = store_mode ? 0 : pick(np);
-    const double delay = pick(8) == 0 ? 0.0 : uniform(0, cfg.max_delay_ms);
-    const double limit = cfg.limit_ms > 0 ? cfg.limit_ms : default_limit_ms(transport);
-    const std::string where = tag + " " + transport + " np=" + std::to_string(np) + " " +
-                              policy_name(transport, policy) + " victim=" + std::to_string(victim) +
-                              (early ? " early" : "");
+    std::uint64_t op_seed = 0;
+    trial t = draw(transport, np, policy, tag, op_seed);
 
     shared_report rep;
     tutti_harness::temp_dir dir("tutti-faults");
     std::unique_ptr<store_listener> listener;
-    rank_job job;
-    job.np = np;
-    job.seed = op_seed;
-    job.max_count = cfg.max_count;
-    if (mode == "stop")
-      job.timeout = std::chrono::milliseconds(cfg.stop_timeout_ms);
-    else if (store_mode)
-      job.timeout = std::chrono::milliseconds(cfg.store_timeout_ms);
-    if (store_mode) {
-      listener = std::make_unique<store_listener>();
-      job.url = listener->url();
-    } else {
-      job.url = dir.url();
-    }
+    if (t.store_mode) listener = std::make_unique<store_listener>();
+    const rank_job job = job_for(t, op_seed, listener ? listener->url() : dir.url());
     std::vector<double> start_delay(static_cast<std::size_t>(np), 0.0);
-    if (store_mode && !early)
+    if (t.store_mode && !t.early)
       for (int r = 1; r < np; ++r)
         start_delay[static_cast<std::size_t>(r)] = uniform(0, cfg.max_delay_ms);
 
     const auto shm_before = shm_entries();
     std::set<long long> rank_pids;
-    bool ok = true;
-    const auto bad = [&](const std::string& what) {
-      ok = false;
-      fail(where + ": " + what);
-    };
-    long long fault_ns = 0;
     {
       fleet f(cfg.ignore_sigpipe);
       for (int r = 0; r < np; ++r) {
         rank_job jr = job;
         jr.start_delay_ms = start_delay[static_cast<std::size_t>(r)];
-        jr.wait_go = early && r != 0;
+        jr.wait_go = t.early && r != 0;
         f.fork_rank([&, jr, r] {
-          if (store_mode && r == 0) listener->adopt_in_child();
-          if (store_mode && r != 0) listener->close();
+          if (t.store_mode && r == 0) listener->adopt_in_child();
+          if (t.store_mode && r != 0) listener->close();
           rep->slot[r].pid = getpid();
           return run_rank(transport, policy, jr, r, *rep.operator->());
         });
@@ -781,143 +967,21 @@ struct harness {
       if (listener) listener->close();  // rank 0 holds the only copy: its death closes it
       for (int r = 0; r < np; ++r) rank_pids.insert(f.pid(r));
 
-      if (store_mode) {
-        // Rank 0 dies while the world forms: at a random moment while the others start
-        // ("during"), or before any of them started ("early").
-        sleep_ms(early ? uniform(5, 50) : delay);
-      } else {
-        const auto ready_by = clock_type::now() + std::chrono::seconds(60);
-        const bool ready = f.wait_for(
-            [&](int r) { return rep->slot[r].stage.load() == static_cast<int>(stage::starting); },
-            ready_by);
-        (void)ready;
-        for (int r = 0; r < np; ++r)
-          if (rep->slot[r].stage.load() != static_cast<int>(stage::joined) || f.exited(r))
-            bad("rank " + std::to_string(r) + " did not join: " + rep->slot[r].what);
-        if (!ok) return;
-        sleep_ms(delay);
+      if (!await_fault_moment(t, f, rep)) {
+        ++cell.failures;
+        return;
       }
-      fault_ns = now_ns();
-      ::kill(f.pid(victim), mode == "stop" ? SIGSTOP : SIGKILL);
-      if (early) rep->go = 1;
-
-      const double hang_s =
-          cfg.hang_s + (mode == "stop" ? cfg.stop_timeout_ms / 1000.0 : 0.0) +
-          (store_mode ? cfg.store_timeout_ms / 1000.0 + (early ? 0 : cfg.max_delay_ms / 1000.0)
-                      : 0.0);
-      const auto hard =
-          clock_type::now() + std::chrono::microseconds(static_cast<long long>(hang_s * 1e6));
-      const bool finished = f.wait_for([&](int r) { return r != victim; }, hard);
-      if (!finished)
-        for (int r = 0; r < np; ++r)
-          if (r != victim && !f.exited(r))
-            bad("HANG: rank " + std::to_string(r) + " still running " + std::to_string(hang_s) +
-                " s after the fault (stage " + std::to_string(rep->slot[r].stage.load()) + ")");
-      f.kill_all();
-      if (!WIFSIGNALED(f.status(victim)))
-        bad("the victim was not killed by the fault (exit status " +
-            std::to_string(f.status(victim)) + ")");
-      for (int r : f.orphans()) bad("orphan: rank " + std::to_string(r) + " still exists");
-
-      // The limit holds on a quiet machine; a busy one stretches detection as it stretches every
-      // call, so the limit grows by ten times the slowest call any rank made before the fault.
-      long long slowest_ns = 0;
+      const long long fault_ns = now_ns();
+      ::kill(f.pid(t.victim), t.mode == "stop" ? SIGSTOP : SIGKILL);
+      if (t.early) rep->go = 1;
+      const bool finished = await_survivors(t, f, rep);
+      const survivor_rule rule = rule_for(t, rep);
       for (int r = 0; r < np; ++r)
-        slowest_ns = std::max(slowest_ns, rep->slot[r].slowest_ns.load());
-      const double stretch_ms = store_mode ? 0.0 : 10 * double(slowest_ns) * 1e-6;
-      survivor_rule rule;
-      rule.limit_ms = limit + stretch_ms;
-      rule.must_name_victim = cfg.require_naming >= 0 ? cfg.require_naming == 1 : mode != "stop";
-      if (mode == "kill") rule.want_kind = static_cast<int>(tutti::errc::peer_lost);
-      if (mode == "stop") rule.want_kind = static_cast<int>(tutti::errc::timeout);
-      for (int r = 0; r < np; ++r) {
-        if (r == victim) continue;
-        const rank_slot& s = rep->slot[r];
-        const int st = f.status(r);
-        const std::string who = "rank " + std::to_string(r);
-        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
-          if (finished) bad(who + " ended with status " + std::to_string(st) + ": " + s.what);
-          continue;
-        }
-        const int kind = s.kind.load();
-        const int peer = s.peer.load();
-        const double ms = double(s.caught_ns.load() - fault_ns) * 1e-6;
-        // kill mode: peer() must name the victim; stop mode: peer() or the message; store
-        // mode: rank 0 (the store's host) or the store.
-        const std::string_view what = s.what;
-        const bool named = cfg.self_test_fail ? peer == victim + 1
-                           : mode == "kill"   ? peer == victim
-                           : store_mode       ? peer == victim || names_rank(what, victim) ||
-                                              what.find("store") != std::string_view::npos
-                                        : peer == victim || names_rank(what, victim);
-        std::string outcome = kind_name(kind);
-        if (peer == victim)
-          outcome += " peer=victim";
-        else if (names_rank(what, victim))
-          outcome += " message names victim";
-        else if (what.find("store") != std::string_view::npos)
-          outcome += " message names the store";
-        else
-          outcome += " names rank " + std::to_string(peer);
-        if (s.stage.load() == static_cast<int>(stage::bootstrap_failed)) outcome += " (bootstrap)";
-        ++cell.outcomes[outcome];
-        cell.ms.push_back(ms);
-        if (cfg.verbose)
-          std::printf("  %s %s: %.2f ms, %ld ops: %s\n", where.c_str(), who.c_str(), ms,
-                      s.ops.load(), s.what);
-        if (json_trials.size() < (std::size_t{64} << 20)) {
-          std::string w = s.what;
-          for (char& ch : w)
-            if (ch == '"' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20) ch = '\'';
-          std::string rec = json_trials.empty() ? "{" : ",\n{";
-          rec += "\"mode\":\"" + mode;
-          rec += "\",\"transport\":\"" + transport + "\"";
-          rec += ",\"np\":" + std::to_string(np);
-          rec += std::string(",\"policy\":\"") + policy_name(transport, policy) + "\"";
-          rec += ",\"victim\":" + std::to_string(victim) + ",\"rank\":" + std::to_string(r);
-          rec += ",\"kind\":\"" + kind_name(kind) + "\",\"peer\":" + std::to_string(peer);
-          rec += ",\"ms\":" + std::to_string(ms) + ",\"what\":\"" + w + "\"}";
-          json_trials += rec;
-        }
-        const bool kind_ok =
-            rule.want_kind == 0 || kind == rule.want_kind ||
-            (mode != "store" && kind == static_cast<int>(tutti::errc::aborted)) ||
-            // stop: a rank whose live neighbour timed out and closed sees that close first
-            (mode == "stop" && !rule.must_name_victim &&
-             kind == static_cast<int>(tutti::errc::peer_lost));
-        if (!kind_ok)
-          bad(who + " raised " + kind_name(kind) + ", expected " + kind_name(rule.want_kind) +
-              ": " + s.what);
-        if (rule.must_name_victim && !named)
-          bad(who + " did not name rank " + std::to_string(victim) +
-              (store_mode ? " or the store" : "") + " (peer " + std::to_string(peer) +
-              "): " + s.what);
-        const double lim = mode == "stop" ? cfg.stop_timeout_ms + rule.limit_ms
-                           : store_mode
-                               ? cfg.store_timeout_ms + limit + (early ? 0.0 : cfg.max_delay_ms)
-                               : rule.limit_ms;
-        if (ms > lim || ms < 0)
-          bad(who + " raised " + std::to_string(ms) + " ms after the fault (limit " +
-              std::to_string(lim) + " ms): " + s.what);
-      }
+        if (r != t.victim)
+          judge_survivor(t, r, rep->slot[r], f.status(r), finished, fault_ns, rule, cell);
     }
-    // A segment rank 0 made before any other rank fetched its name died with the store: no
-    // surviving process knows the name, so none can remove it (a limitation, README.md).
-    // Where a survivor attached (it says "while the world was forming"), it must remove it.
-    bool attached = false;
-    for (int r = 1; r < np; ++r)
-      attached = attached || std::string_view(rep->slot[r].what).find("world was forming") !=
-                                 std::string_view::npos;
-    for (const auto& n : shm_leaks(shm_before, rank_pids)) {
-      if (store_mode && !attached && !cfg.strict_shm) {
-        ++unreachable_segments;
-        std::printf("  note: %s: %s left in /dev/shm, its name known to no survivor (removed)\n",
-                    where.c_str(), n.c_str());
-      } else {
-        bad("left in /dev/shm: " + n);
-      }
-    }
-    if (!ok) ++cell.failures;
+    check_segments(t, shm_before, rank_pids, rep);
+    if (!t.ok) ++cell.failures;
   }
 
   int run() {
