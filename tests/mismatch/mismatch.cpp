@@ -976,6 +976,129 @@ struct verdict {
   std::string why;
 };
 
+// Rank r's agreed warm-up failed. Another rank already in the mismatched call may abort the
+// world while this one still finishes the last agreed call: a raise there (mismatch or aborted,
+// never a lost peer: every rank made its part of the agreed calls) is early, not wrong. False
+// where it is wrong.
+bool judge_warm_failed(const trial_desc& t, const world_report& rep, int r, verdict& v) {
+  const rank_report& m = rep.r[r];
+  const auto wk = static_cast<tutti::errc>(m.warm_kind.load());
+  bool others_in = false;
+  for (int q = 0; q < t.p; ++q)
+    others_in = others_in || (rep.r[q].warm_failed.load() == 0 && rep.r[q].stage.load() >= 1);
+  if (t.expect_raise && t.f != field::control && others_in &&
+      (wk == tutti::errc::mismatch || wk == tutti::errc::aborted)) {
+    v.early = true;
+    return true;
+  }
+  v.broken = true;
+  append(v.why, append_str(" rank ", r, ": "), "agreed warm-up failed: ", m.what, ";");
+  return false;
+}
+
+// Rank r returned normally from the call: right for a control call with right values and no
+// raise after it; else silent, or late where it raised at a follow-up (silent too if `strict`).
+void judge_returned(const trial_desc& t, const rank_report& m, int r, verdict& v, tally& ty,
+                    bool strict) {
+  const std::string who = append_str(" rank ", r, ": ");
+  const int fk = m.follow_kind.load();
+  const int at = m.follow_at.load();
+  if (!t.expect_raise) {
+    if (m.wrong_value.load() != 0 || at != 0) {
+      v.broken = true;
+      append(v.why, who, "control call ",
+             m.wrong_value.load() != 0 ? "returned a wrong value" : "follow-up raised: ",
+             m.wrong_value.load() != 0 ? "" : m.what, ";");
+    }
+    return;
+  }
+  if (m.wrong_value.load() != 0) {
+    v.silent = true;
+    append(v.why, who, "SILENT: a call returned normally with a wrong value;");
+  } else if (at == 0) {
+    v.silent = true;
+    append(v.why, who, "SILENT: returned normally from the mismatched call and from all ",
+           t.follow.size(), " follow-ups;");
+  } else if (strict) {
+    v.silent = true;
+    append(v.why, who, "SILENT (strict): returned normally, raised at follow-up ", at, ";");
+  } else {
+    v.late = true;
+    ty.max_late = std::max(ty.max_late, at);
+    append(v.why, who, "returned normally with right values, raised at follow-up ", at, " (",
+           fk > 0 ? tutti::make_error_code(static_cast<tutti::errc>(fk)).message()
+                  : std::string("a non-tutti exception"),
+           ");");
+  }
+}
+
+// Rank r raised a tutti::error of kind k in the call: wrong in a control call; else what it
+// says about itself is checked. False for a control call.
+bool judge_raised(const trial_desc& t, const rank_report& m, int r, int k, verdict& v, tally& ty) {
+  const std::string who = append_str(" rank ", r, ": ");
+  const auto code = static_cast<tutti::errc>(k);
+  const int peer = m.peer.load();
+  const bool known = code == tutti::errc::mismatch || code == tutti::errc::timeout ||
+                     code == tutti::errc::peer_lost || code == tutti::errc::aborted;
+  const std::uint64_t seq = t.warm.size() + 1;
+  if (!t.expect_raise) {
+    v.broken = true;
+    append(v.why, who, "control call raised: ", m.what, ";");
+    return false;
+  }
+  if (k >= 1 && k < 7) ++ty.by_code[static_cast<std::size_t>(k)];
+  ty.max_micros = std::max(ty.max_micros, m.micros.load());
+  if (peer == r && code != tutti::errc::aborted) {
+    // The error is about another rank (the other side of a mismatch, a lost peer): naming
+    // this rank itself points the user at the wrong process.
+    v.bad_peer = true;
+    append(v.why, who, "names itself as the peer: ", m.what, ";");
+  } else if (code == tutti::errc::mismatch && t.f != field::control && !t.same_fingerprint() &&
+             (peer < 0 || peer >= t.p || t.deviates(peer) == t.deviates(r))) {
+    // Every disagreement is between a deviating rank and an agreeing one (the deviants all
+    // make the same call): a mismatch must name a rank whose call differs from this rank's.
+    // (Where the calls' fingerprints agree, only the pair whose message sizes disagree can
+    // know which ranks are party to it.)
+    v.bad_peer = true;
+    append(v.why, who, "names rank ", peer, ", whose call is the same as its own: ", m.what, ";");
+  } else if (!known || m.err_rank.load() != r || peer < -1 || peer >= t.p ||
+             m.err_seq.load() != static_cast<long long>(seq) || m.wrong_name.load() != 0) {
+    if (!known) ++ty.other;
+    v.broken = true;
+    append(v.why, who, "odd error (kind ", k, ", rank ", m.err_rank.load(), ", peer ", peer,
+           ", seq ", m.err_seq.load(), "): ", m.what, ";");
+  }
+  return true;
+}
+
+// Rank r's part of the trial; false where it did not raise in the mismatched call as it
+// should (or broke), which rules out "every rank raised".
+bool judge_rank(const trial_desc& t, const world_report& rep, const world_result& res, int r,
+                verdict& v, tally& ty, bool strict) {
+  const rank_report& m = rep.r[r];
+  if (m.warm_failed.load() != 0) return judge_warm_failed(t, rep, r, v);
+  const int k = m.kind.load();
+  if (k == not_called) {
+    // A deviating rank that skips the call (missing, not "next") never makes it: right.
+    if (t.f == field::missing && t.deviates(r) && t.missing != missing_kind::next) return true;
+    if (!res.hang) {
+      v.broken = true;
+      append(v.why, append_str(" rank ", r, ": "), "never finished the call;");
+    }
+    return false;
+  }
+  if (k == other_exception) {
+    v.broken = true;
+    append(v.why, append_str(" rank ", r, ": "), "raised a non-tutti exception: ", m.what, ";");
+    return false;
+  }
+  if (k == 0) {
+    judge_returned(t, m, r, v, ty, strict);
+    return false;
+  }
+  return judge_raised(t, m, r, k, v, ty);
+}
+
 verdict judge(const trial_desc& t, const world_report& rep, const world_result& res, tally& ty,
               bool strict) {
   verdict v;
@@ -1000,113 +1123,9 @@ verdict judge(const trial_desc& t, const world_report& rep, const world_result& 
       return v;
     }
   bool all = true;
-  const std::uint64_t seq = t.warm.size() + 1;
   for (int r = 0; r < t.p; ++r) {
-    const rank_report& m = rep.r[r];
-    const std::string who = append_str(" rank ", r, ": ");
-    if (m.warm_failed.load() != 0) {
-      // Another rank already in the mismatched call may abort the world while this one still
-      // finishes the last agreed call: a raise there (mismatch or aborted, never a lost peer:
-      // every rank made its part of the agreed calls) is early, not wrong.
-      const auto wk = static_cast<tutti::errc>(m.warm_kind.load());
-      bool others_in = false;
-      for (int q = 0; q < t.p; ++q)
-        others_in = others_in || (rep.r[q].warm_failed.load() == 0 && rep.r[q].stage.load() >= 1);
-      if (t.expect_raise && t.f != field::control && others_in &&
-          (wk == tutti::errc::mismatch || wk == tutti::errc::aborted)) {
-        v.early = true;
-        continue;
-      }
-      v.broken = true;
-      append(v.why, who, "agreed warm-up failed: ", m.what, ";");
-      all = false;
-      continue;
-    }
-    const int k = m.kind.load();
-    if (k == not_called) {
-      const bool skipped =
-          t.f == field::missing && t.deviates(r) && t.missing != missing_kind::next;
-      if (!skipped) {
-        all = false;
-        if (!res.hang) {
-          v.broken = true;
-          append(v.why, who, "never finished the call;");
-        }
-      }
-      continue;
-    }
-    if (k == other_exception) {
-      v.broken = true;
-      all = false;
-      append(v.why, who, "raised a non-tutti exception: ", m.what, ";");
-      continue;
-    }
-    if (k == 0) {
-      all = false;
-      const int fk = m.follow_kind.load();
-      const int at = m.follow_at.load();
-      if (!t.expect_raise) {
-        if (m.wrong_value.load() != 0 || at != 0) {
-          v.broken = true;
-          append(v.why, who, "control call ",
-                 m.wrong_value.load() != 0 ? "returned a wrong value" : "follow-up raised: ",
-                 m.wrong_value.load() != 0 ? "" : m.what, ";");
-        }
-        continue;
-      }
-      if (m.wrong_value.load() != 0) {
-        v.silent = true;
-        append(v.why, who, "SILENT: a call returned normally with a wrong value;");
-      } else if (at == 0) {
-        v.silent = true;
-        append(v.why, who, "SILENT: returned normally from the mismatched call and from all ",
-               t.follow.size(), " follow-ups;");
-      } else if (strict) {
-        v.silent = true;
-        append(v.why, who, "SILENT (strict): returned normally, raised at follow-up ", at, ";");
-      } else {
-        v.late = true;
-        ty.max_late = std::max(ty.max_late, at);
-        append(v.why, who, "returned normally with right values, raised at follow-up ", at, " (",
-               fk > 0 ? tutti::make_error_code(static_cast<tutti::errc>(fk)).message()
-                      : std::string("a non-tutti exception"),
-               ");");
-      }
-      continue;
-    }
-    // Raised a tutti::error: check what it says about itself.
-    const auto code = static_cast<tutti::errc>(k);
-    const int peer = m.peer.load();
-    const bool known = code == tutti::errc::mismatch || code == tutti::errc::timeout ||
-                       code == tutti::errc::peer_lost || code == tutti::errc::aborted;
-    if (!t.expect_raise) {
-      v.broken = true;
-      all = false;
-      append(v.why, who, "control call raised: ", m.what, ";");
-      continue;
-    }
-    if (k >= 1 && k < 7) ++ty.by_code[static_cast<std::size_t>(k)];
-    ty.max_micros = std::max(ty.max_micros, m.micros.load());
-    if (peer == r && code != tutti::errc::aborted) {
-      // The error is about another rank (the other side of a mismatch, a lost peer): naming
-      // this rank itself points the user at the wrong process.
-      v.bad_peer = true;
-      append(v.why, who, "names itself as the peer: ", m.what, ";");
-    } else if (code == tutti::errc::mismatch && t.f != field::control && !t.same_fingerprint() &&
-               (peer < 0 || peer >= t.p || t.deviates(peer) == t.deviates(r))) {
-      // Every disagreement is between a deviating rank and an agreeing one (the deviants all
-      // make the same call): a mismatch must name a rank whose call differs from this rank's.
-      // (Where the calls' fingerprints agree, only the pair whose message sizes disagree can
-      // know which ranks are party to it.)
-      v.bad_peer = true;
-      append(v.why, who, "names rank ", peer, ", whose call is the same as its own: ", m.what, ";");
-    } else if (!known || m.err_rank.load() != r || peer < -1 || peer >= t.p ||
-               m.err_seq.load() != static_cast<long long>(seq) || m.wrong_name.load() != 0) {
-      if (!known) ++ty.other;
-      v.broken = true;
-      append(v.why, who, "odd error (kind ", k, ", rank ", m.err_rank.load(), ", peer ", peer,
-             ", seq ", m.err_seq.load(), "): ", m.what, ";");
-    }
+    const bool raised = judge_rank(t, rep, res, r, v, ty, strict);
+    all = all && raised;
   }
   v.raised_all = all && t.expect_raise && !v.hang;
   if (v.raised_all) ++ty.raised_all;
