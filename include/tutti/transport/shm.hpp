@@ -13,8 +13,9 @@
 /// shm_segment (creating, attaching and sweeping the segment; watching peer processes),
 /// shm_channels (the per-pair rings), shm_single_copy (large user messages copied straight
 /// between the processes, by both ends), shm_state (what one rank holds of the world),
-/// shm_failure (beats, stopped peers, abort records, a slow wait's poll), shm_join (joining a
-/// world once its rendezvous is known).
+/// shm_failure (beats, stopped peers, abort records, a slow wait's poll), shm_flags (the
+/// segment barrier and the line exchange), shm_join (joining a world once its rendezvous is
+/// known).
 
 #include <algorithm>
 #include <atomic>
@@ -40,6 +41,7 @@
 #include "tutti/detail/cost.hpp"
 #include "tutti/detail/shm_channels.hpp"
 #include "tutti/detail/shm_failure.hpp"
+#include "tutti/detail/shm_flags.hpp"
 #include "tutti/detail/shm_join.hpp"
 #include "tutti/detail/shm_layout.hpp"
 #include "tutti/detail/shm_request.hpp"
@@ -167,45 +169,7 @@ class shm {
   /// Returns once every rank arrived; raises tutti::error(errc::mismatch) if any rank arrived
   /// from a different call.
   void segment_barrier(const detail::call& c, detail::clock::time_point deadline) {
-    auto& st = *s_;
-    const std::uint64_t g = ++st.barrier_gen;
-    auto& mine = st.view.block(st.rank).barrier;
-    auto& rec = mine.rec[g % 2];
-    rec.seq.store(c.seq, std::memory_order_relaxed);
-    rec.head.store(c.fp.packed_head(), std::memory_order_relaxed);
-    rec.count.store(c.fp.count, std::memory_order_relaxed);
-    mine.gen.store(g, std::memory_order_release);
-    for (int q = 0; q < st.size; ++q)
-      if (q != st.rank) st.view.block(q).bell.ring(true);
-    int next = 0;  // peers below `next` have arrived
-    auto arrived = [&] {
-      for (; next < st.size; ++next)
-        if (next != st.rank && st.view.block(next).barrier.gen.load(std::memory_order_acquire) < g)
-          return false;
-      return true;
-    };
-    if (!arrived())
-      detail::wait_on(
-          st.view.block(st.rank).bell, true, arrived,
-          [&] { detail::shm_poll(st, c, deadline, -1, arrived); }, st.tuning);
-    for (int q = 0; q < st.size; ++q) {
-      if (q == st.rank) continue;
-      const auto& theirs = st.view.block(q).barrier.rec[g % 2];
-      const std::uint64_t seq = theirs.seq.load(std::memory_order_relaxed);
-      const auto fp = detail::fingerprint::unpack(theirs.head.load(std::memory_order_relaxed),
-                                                  theirs.count.load(std::memory_order_relaxed));
-      if (seq != c.seq || !(fp == c.fp)) {
-        const std::string what = seq == c.seq
-                                     ? detail::mismatch_text(st.rank, c.fp, q, fp)
-                                     : "mismatched collective: rank " + std::to_string(st.rank) +
-                                           " is in call #" + std::to_string(c.seq) + " " +
-                                           c.fp.describe() + " but rank " + std::to_string(q) +
-                                           " reached the barrier from call #" +
-                                           std::to_string(seq) + " " + fp.describe();
-        st.view.abort(errc::mismatch, what, q);
-        throw error(errc::mismatch, c.name_str(), c.seq, st.rank, q, what);
-      }
-    }
+    detail::shm_segment_barrier(*s_, c, deadline);
   }
 
   /// Payloads up to this many bytes travel in flagged cache lines (line_exchange).
@@ -215,73 +179,12 @@ class shm {
 
   /// Publishes this rank's `n` bytes for call `c` in its next half of lines.
   void lines_put(const detail::call& c, const std::byte* data, std::size_t n) {
-    auto& st = *s_;
-    const std::uint64_t g = ++st.line_gen;
-    const std::size_t h = g % 2;
-    auto* first = reinterpret_cast<detail::shm_first_line*>(st.view.line(st.rank, h, 0));
-    first->seq = c.seq;
-    first->fp_head = c.fp.packed_head();
-    first->fp_count = c.fp.count;
-    std::size_t at = std::min(n, detail::shm_first_line::payload);
-    if (at != 0) std::memcpy(first->data, data, at);
-    first->tag.store(g, std::memory_order_release);
-    for (std::size_t i = 1; at < n; ++i) {
-      auto* line = reinterpret_cast<detail::shm_line*>(st.view.line(st.rank, h, i));
-      const std::size_t k = std::min(n - at, detail::shm_line::payload);
-      std::memcpy(line->data, data + at, k);
-      line->tag.store(g, std::memory_order_release);
-      at += k;
-    }
-    for (int q = 0; q < st.size; ++q)
-      if (q != st.rank) st.view.block(q).bell.ring(true);
+    detail::shm_lines_put(*s_, c, data, n);
   }
-
   /// Waits for rank q's `n` bytes of the call this rank last published and copies them out.
   void lines_get(int q, const detail::call& c, std::byte* out, std::size_t n,
                  detail::clock::time_point deadline) {
-    auto& st = *s_;
-    const std::uint64_t g = st.line_gen;
-    const std::size_t h = g % 2;
-    auto await = [&](const std::atomic<std::uint64_t>& tag) {
-      auto ready = [&] { return tag.load(std::memory_order_acquire) == g; };
-      if (!ready())
-        detail::wait_on(
-            st.view.block(st.rank).bell, true, ready,
-            [&] { detail::shm_poll(st, c, deadline, q, ready); }, st.tuning);
-    };
-    // The writer stores the lines in order, each tag after its payload: once the last line's
-    // tag shows this round, every line before it is complete too (release/acquire). Spinning
-    // on that one line keeps this rank from pulling lines away from the writer as it fills them.
-    const std::size_t extra =
-        n > detail::shm_first_line::payload
-            ? (n - detail::shm_first_line::payload + detail::shm_line::payload - 1) /
-                  detail::shm_line::payload
-            : 0;
-    const auto* first = reinterpret_cast<const detail::shm_first_line*>(st.view.line(q, h, 0));
-    if (extra == 0)
-      await(first->tag);
-    else
-      await(reinterpret_cast<const detail::shm_line*>(st.view.line(q, h, extra))->tag);
-    const auto fp = detail::fingerprint::unpack(first->fp_head, first->fp_count);
-    if (first->tag.load(std::memory_order_acquire) != g || first->seq != c.seq || !(fp == c.fp)) {
-      const std::string what = first->seq == c.seq
-                                   ? detail::mismatch_text(st.rank, c.fp, q, fp)
-                                   : "mismatched collective: rank " + std::to_string(st.rank) +
-                                         " is in call #" + std::to_string(c.seq) + " " +
-                                         c.fp.describe() + " but rank " + std::to_string(q) +
-                                         " sent from call #" + std::to_string(first->seq) + " " +
-                                         fp.describe();
-      st.view.abort(errc::mismatch, what, q);
-      throw error(errc::mismatch, c.name_str(), c.seq, st.rank, q, what);
-    }
-    std::size_t at = std::min(n, detail::shm_first_line::payload);
-    if (at != 0) std::memcpy(out, first->data, at);
-    for (std::size_t i = 1; at < n; ++i) {
-      const auto* line = reinterpret_cast<const detail::shm_line*>(st.view.line(q, h, i));
-      const std::size_t k = std::min(n - at, detail::shm_line::payload);
-      std::memcpy(out + at, line->data, k);
-      at += k;
-    }
+    detail::shm_lines_get(*s_, q, c, out, n, deadline);
   }
 
   /// Fails every rank's current and future waits with `code` and `what`.
