@@ -717,8 +717,9 @@ struct harness {
   struct trial {
     std::string transport, mode, where;
     int np = 2, policy = 0, victim = 0;
-    bool store_mode = false;  // rank 0, the store's host, dies while the world forms
-    bool early = false;       // store mode: before any other rank started
+    std::uint64_t op_seed = 1;  // the ranks' operations
+    bool store_mode = false;    // rank 0, the store's host, dies while the world forms
+    bool early = false;         // store mode: before any other rank started
     double delay = 0;  // ms from "every rank joined" (store mode: from the start) to the fault
     double limit = 0;  // ms a survivor may take to raise, on a quiet machine
     bool ok = true;
@@ -737,14 +738,13 @@ struct harness {
   }
 
   /// The trial's random choices, in the order the seed has always drawn them.
-  trial draw(const std::string& transport, int np, int policy, const std::string& tag,
-             std::uint64_t& op_seed) {
+  trial draw(const std::string& transport, int np, int policy, const std::string& tag) {
     trial t;
     t.transport = transport;
     t.mode = cfg.mode;
     t.np = np;
     t.policy = policy;
-    op_seed = rng();
+    t.op_seed = rng();
     t.store_mode = t.mode == "store";
     t.early = t.store_mode && pick(2) == 1;
     t.victim = t.store_mode ? 0 : pick(np);
@@ -757,10 +757,10 @@ struct harness {
   }
 
   /// What every rank of `t` runs, meeting at `url`.
-  rank_job job_for(const trial& t, std::uint64_t op_seed, std::string url) const {
+  rank_job job_for(const trial& t, std::string url) const {
     rank_job job;
     job.np = t.np;
-    job.seed = op_seed;
+    job.seed = t.op_seed;
     job.max_count = cfg.max_count;
     job.url = std::move(url);
     if (t.mode == "stop")
@@ -936,14 +936,13 @@ struct harness {
     cell_stats& cell = cells[{transport, np}];
     ++cell.trials;
     ++trials_run;
-    std::uint64_t op_seed = 0;
-    trial t = draw(transport, np, policy, tag, op_seed);
+    trial t = draw(transport, np, policy, tag);
 
     shared_report rep;
     tutti_harness::temp_dir dir("tutti-faults");
     std::unique_ptr<store_listener> listener;
     if (t.store_mode) listener = std::make_unique<store_listener>();
-    const rank_job job = job_for(t, op_seed, listener ? listener->url() : dir.url());
+    const rank_job job = job_for(t, listener ? listener->url() : dir.url());
     std::vector<double> start_delay(static_cast<std::size_t>(np), 0.0);
     if (t.store_mode && !t.early)
       for (int r = 1; r < np; ++r)
