@@ -92,106 +92,157 @@ inline std::int32_t value(const std::vector<int>& members, int r, std::size_t i)
   return members[static_cast<std::size_t>(r)] * 1000 + static_cast<std::int32_t>(i);
 }
 
+/// Every collective once on a child whose parent ranks are `members`, one step per member
+/// function; each returns the first thing that came out wrong ("" when everything matched).
+template <class Comm>
+class child_check {
+ public:
+  using values = std::vector<std::int32_t>;
+
+  child_check(Comm& c, const std::vector<int>& members)
+      : c_(c), members_(members), s_(c.size()), me_(c.rank()) {}
+
+  /// all_reduce: the sum over members; async max beside it.
+  std::string all_reduce() {
+    values a = mine(n_), m = mine(n_);
+    auto w = c_.all_reduce_async(std::span<std::int32_t>(m), tutti::max);
+    c_.all_reduce(std::span<std::int32_t>(a), tutti::sum);
+    w.wait();
+    for (std::size_t i = 0; i < n_; ++i) {
+      std::int64_t sum = 0, mx = 0;
+      for (int r = 0; r < s_; ++r) {
+        sum += value(members_, r, i);
+        mx = std::max<std::int64_t>(mx, value(members_, r, i));
+      }
+      if (a[i] != sum) return wrong("all_reduce", i, a[i], sum);
+      if (m[i] != mx) return wrong("all_reduce_async(max)", i, m[i], mx);
+    }
+    return {};
+  }
+
+  /// broadcast from the last rank, then reduce (min) to rank 0.
+  std::string broadcast_and_reduce() {
+    values a = mine(n_);
+    c_.broadcast(std::span<std::int32_t>(a), s_ - 1);
+    for (std::size_t i = 0; i < n_; ++i)
+      if (a[i] != value(members_, s_ - 1, i))
+        return wrong("broadcast", i, a[i], value(members_, s_ - 1, i));
+    a = mine(n_);
+    values red(n_, -1);
+    c_.reduce(std::span<const std::int32_t>(a), std::span<std::int32_t>(red), tutti::min, 0);
+    if (me_ == 0)
+      for (std::size_t i = 0; i < n_; ++i) {
+        std::int32_t mn = value(members_, 0, i);
+        for (int r = 1; r < s_; ++r) mn = std::min(mn, value(members_, r, i));
+        if (red[i] != mn) return wrong("reduce", i, red[i], mn);
+      }
+    return {};
+  }
+
+  /// all_gather, and gather to the middle rank: block r is rank r's values.
+  std::string gathers() {
+    const values a = mine(n_);
+    values out(sn());
+    c_.all_gather(std::span<const std::int32_t>(a), std::span<std::int32_t>(out));
+    if (std::string bad = blocks_by_rank("all_gather", out); !bad.empty()) return bad;
+    values g(sn(), -1);
+    c_.gather(std::span<const std::int32_t>(a), std::span<std::int32_t>(g), s_ / 2);
+    return me_ == s_ / 2 ? blocks_by_rank("gather", g) : std::string();
+  }
+
+  /// scatter from rank 0 (block me of rank 0's values), then reduce_scatter (sum: block me of
+  /// the sum).
+  std::string scatters() {
+    values a(n_);
+    const values from_root = of_rank(0, sn());
+    c_.scatter(std::span<const std::int32_t>(from_root), std::span<std::int32_t>(a), 0);
+    for (std::size_t i = 0; i < n_; ++i) {
+      const auto want = value(members_, 0, my_block() + i);
+      if (a[i] != want) return wrong("scatter", i, a[i], want);
+    }
+    const values all = mine(sn());
+    c_.reduce_scatter(std::span<const std::int32_t>(all), std::span<std::int32_t>(a), tutti::sum);
+    for (std::size_t i = 0; i < n_; ++i) {
+      std::int64_t sum = 0;
+      for (int r = 0; r < s_; ++r) sum += value(members_, r, my_block() + i);
+      if (a[i] != sum) return wrong("reduce_scatter", i, a[i], sum);
+    }
+    return {};
+  }
+
+  /// all_to_all: block j of rank r's input lands as block r of rank j's output; then a barrier.
+  std::string all_to_all() {
+    const values all = mine(sn());
+    values out(sn());
+    c_.all_to_all(std::span<const std::int32_t>(all), std::span<std::int32_t>(out));
+    for (std::size_t i = 0; i < sn(); ++i) {
+      const auto want = value(members_, static_cast<int>(i / n_), my_block() + i % n_);
+      if (out[i] != want) return wrong("all_to_all", i, out[i], want);
+    }
+    c_.barrier();
+    return {};
+  }
+
+  /// send/recv around the ring: even ranks send first, odd ranks receive first.
+  std::string ring() {
+    if (s_ == 1) return {};
+    const values a = mine(n_);
+    values got(n_, -1);
+    const int right = (me_ + 1) % s_, left = (me_ + s_ - 1) % s_;
+    if (me_ % 2 == 0) {
+      c_.send(std::span<const std::int32_t>(a), right, 7);
+      c_.recv(std::span<std::int32_t>(got), left, 7);
+    } else {
+      c_.recv(std::span<std::int32_t>(got), left, 7);
+      c_.send(std::span<const std::int32_t>(a), right, 7);
+    }
+    for (std::size_t i = 0; i < n_; ++i)
+      if (got[i] != value(members_, left, i))
+        return wrong("recv", i, got[i], value(members_, left, i));
+    return {};
+  }
+
+ private:
+  static constexpr std::size_t n_ = 5;
+
+  [[nodiscard]] std::size_t sn() const { return n_ * static_cast<std::size_t>(s_); }
+  [[nodiscard]] std::size_t my_block() const { return static_cast<std::size_t>(me_) * n_; }
+  [[nodiscard]] values of_rank(int r, std::size_t len) const {
+    values v(len);
+    for (std::size_t i = 0; i < len; ++i) v[i] = value(members_, r, i);
+    return v;
+  }
+  [[nodiscard]] values mine(std::size_t len) const { return of_rank(me_, len); }
+
+  /// Checks that block r of `got` holds rank r's first n values.
+  [[nodiscard]] std::string blocks_by_rank(const char* what, const values& got) const {
+    for (std::size_t i = 0; i < got.size(); ++i)
+      if (got[i] != value(members_, static_cast<int>(i / n_), i % n_))
+        return wrong(what, i, got[i], value(members_, static_cast<int>(i / n_), i % n_));
+    return {};
+  }
+
+  static std::string wrong(const char* what, std::size_t i, std::int64_t got, std::int64_t want) {
+    return std::string(what) + "[" + std::to_string(i) + "] = " + std::to_string(got) +
+           ", expected " + std::to_string(want);
+  }
+
+  Comm& c_;
+  const std::vector<int>& members_;
+  int s_, me_;
+};
+
 /// Runs every collective once on `c`, whose parent ranks are `members`, and returns the first
 /// thing that came out wrong ("" when everything matched). Call it on every member at once.
 template <class Comm>
 std::string check_child(Comm& c, const std::vector<int>& members) {
-  const int s = c.size(), me = c.rank();
-  if (s != static_cast<int>(members.size()))
-    return "size " + std::to_string(s) + ", expected " + std::to_string(members.size());
-  const std::size_t n = 5, sn = n * static_cast<std::size_t>(s);
-  auto fill = [&](std::vector<std::int32_t>& v, int r) {
-    for (std::size_t i = 0; i < v.size(); ++i) v[i] = value(members, r, i);
-  };
-  auto wrong = [](const char* what, std::size_t i, std::int64_t got, std::int64_t want) {
-    return std::string(what) + "[" + std::to_string(i) + "] = " + std::to_string(got) +
-           ", expected " + std::to_string(want);
-  };
-  std::vector<std::int32_t> a(n), out(sn);
-  // all_reduce: the sum over members; async max beside it.
-  fill(a, me);
-  std::vector<std::int32_t> m(n);
-  fill(m, me);
-  auto w = c.all_reduce_async(std::span<std::int32_t>(m), tutti::max);
-  c.all_reduce(std::span<std::int32_t>(a), tutti::sum);
-  w.wait();
-  for (std::size_t i = 0; i < n; ++i) {
-    std::int64_t sum = 0, mx = 0;
-    for (int r = 0; r < s; ++r) {
-      sum += value(members, r, i);
-      mx = std::max<std::int64_t>(mx, value(members, r, i));
-    }
-    if (a[i] != sum) return wrong("all_reduce", i, a[i], sum);
-    if (m[i] != mx) return wrong("all_reduce_async(max)", i, m[i], mx);
-  }
-  // broadcast from the last rank.
-  fill(a, me);
-  c.broadcast(std::span<std::int32_t>(a), s - 1);
-  for (std::size_t i = 0; i < n; ++i)
-    if (a[i] != value(members, s - 1, i))
-      return wrong("broadcast", i, a[i], value(members, s - 1, i));
-  // reduce (min) to rank 0.
-  fill(a, me);
-  std::vector<std::int32_t> red(n, -1);
-  c.reduce(std::span<const std::int32_t>(a), std::span<std::int32_t>(red), tutti::min, 0);
-  if (me == 0)
-    for (std::size_t i = 0; i < n; ++i) {
-      std::int32_t mn = value(members, 0, i);
-      for (int r = 1; r < s; ++r) mn = std::min(mn, value(members, r, i));
-      if (red[i] != mn) return wrong("reduce", i, red[i], mn);
-    }
-  // all_gather, and gather to the middle rank.
-  fill(a, me);
-  c.all_gather(std::span<const std::int32_t>(a), std::span<std::int32_t>(out));
-  for (std::size_t i = 0; i < sn; ++i)
-    if (out[i] != value(members, static_cast<int>(i / n), i % n))
-      return wrong("all_gather", i, out[i], value(members, static_cast<int>(i / n), i % n));
-  std::vector<std::int32_t> g(sn, -1);
-  c.gather(std::span<const std::int32_t>(a), std::span<std::int32_t>(g), s / 2);
-  if (me == s / 2)
-    for (std::size_t i = 0; i < sn; ++i)
-      if (g[i] != value(members, static_cast<int>(i / n), i % n))
-        return wrong("gather", i, g[i], value(members, static_cast<int>(i / n), i % n));
-  // scatter from rank 0: block r of rank 0's values.
-  std::vector<std::int32_t> all(sn);
-  fill(all, 0);
-  c.scatter(std::span<const std::int32_t>(all), std::span<std::int32_t>(a), 0);
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto want = value(members, 0, static_cast<std::size_t>(me) * n + i);
-    if (a[i] != want) return wrong("scatter", i, a[i], want);
-  }
-  // reduce_scatter (sum): block me of the sum.
-  fill(all, me);
-  c.reduce_scatter(std::span<const std::int32_t>(all), std::span<std::int32_t>(a), tutti::sum);
-  for (std::size_t i = 0; i < n; ++i) {
-    std::int64_t sum = 0;
-    for (int r = 0; r < s; ++r) sum += value(members, r, static_cast<std::size_t>(me) * n + i);
-    if (a[i] != sum) return wrong("reduce_scatter", i, a[i], sum);
-  }
-  // all_to_all: block j of rank r's input lands as block r of rank j's output.
-  fill(all, me);
-  c.all_to_all(std::span<const std::int32_t>(all), std::span<std::int32_t>(out));
-  for (std::size_t i = 0; i < sn; ++i) {
-    const auto want =
-        value(members, static_cast<int>(i / n), static_cast<std::size_t>(me) * n + i % n);
-    if (out[i] != want) return wrong("all_to_all", i, out[i], want);
-  }
-  c.barrier();
-  // send/recv around the ring.
-  if (s > 1) {
-    fill(a, me);
-    std::vector<std::int32_t> got(n, -1);
-    if (me % 2 == 0) {
-      c.send(std::span<const std::int32_t>(a), (me + 1) % s, 7);
-      c.recv(std::span<std::int32_t>(got), (me + s - 1) % s, 7);
-    } else {
-      c.recv(std::span<std::int32_t>(got), (me + s - 1) % s, 7);
-      c.send(std::span<const std::int32_t>(a), (me + 1) % s, 7);
-    }
-    for (std::size_t i = 0; i < n; ++i)
-      if (got[i] != value(members, (me + s - 1) % s, i))
-        return wrong("recv", i, got[i], value(members, (me + s - 1) % s, i));
-  }
+  if (c.size() != static_cast<int>(members.size()))
+    return "size " + std::to_string(c.size()) + ", expected " + std::to_string(members.size());
+  child_check<Comm> check(c, members);
+  for (auto step : {&child_check<Comm>::all_reduce, &child_check<Comm>::broadcast_and_reduce,
+                    &child_check<Comm>::gathers, &child_check<Comm>::scatters,
+                    &child_check<Comm>::all_to_all, &child_check<Comm>::ring})
+    if (std::string bad = (check.*step)(); !bad.empty()) return bad;
   return {};
 }
 
