@@ -214,115 +214,153 @@ void with_op(int k, Fn&& fn) {
   }
 }
 
+/// One drawn op of element type T on `comm`: its buffers, its async handle, and one member per
+/// collective that sizes the buffers and calls it as drawn (blocking or async, in place or not).
+/// A member is instantiated only where run_op calls it, behind the policy's capability guard.
+template <class T, class Comm>
+class op_call {
+ public:
+  op_call(Comm& comm, const op_desc& d)
+      : comm_(comm), d_(d), n_(d.n), p_(static_cast<std::size_t>(comm.size())) {}
+
+  void all_reduce() {
+    const auto io = sized(n_, d_.in_place ? 0 : n_);
+    const std::span<T> i = io.first, o = io.second;
+    with_op(d_.op, [&](auto op) {
+      if (d_.in_place)
+        d_.async ? void(w_ = comm_.all_reduce_async(i, op)) : comm_.all_reduce(i, op);
+      else
+        d_.async ? void(w_ = comm_.all_reduce_async(std::span<const T>(i), o, op))
+                 : comm_.all_reduce(std::span<const T>(i), o, op);
+    });
+  }
+
+  void reduce() {
+    const auto io = sized(n_, d_.in_place ? 0 : n_);
+    const std::span<T> i = io.first, o = io.second;
+    with_op(d_.op, [&](auto op) {
+      if (d_.in_place)
+        comm_.reduce(i, op, d_.root);
+      else
+        d_.async ? void(w_ = comm_.reduce_async(std::span<const T>(i), o, op, d_.root))
+                 : comm_.reduce(std::span<const T>(i), o, op, d_.root);
+    });
+  }
+
+  void broadcast() {
+    const std::span<T> i = sized(n_, 0).first;
+    d_.async ? void(w_ = comm_.broadcast_async(i, d_.root)) : comm_.broadcast(i, d_.root);
+  }
+
+  void all_gather() {
+    if (d_.in_place) {
+      comm_.all_gather(sized(p_ * n_, 0).first);
+      return;
+    }
+    const auto io = sized(n_, p_ * n_);
+    const std::span<T> i = io.first, o = io.second;
+    d_.async ? void(w_ = comm_.all_gather_async(std::span<const T>(i), o))
+             : comm_.all_gather(std::span<const T>(i), o);
+  }
+
+  void reduce_scatter() {
+    const auto io = sized(p_ * n_, d_.in_place ? 0 : n_);
+    const std::span<T> i = io.first, o = io.second;
+    with_op(d_.op, [&](auto op) {
+      if (d_.in_place)
+        comm_.reduce_scatter(i, op);
+      else
+        d_.async ? void(w_ = comm_.reduce_scatter_async(std::span<const T>(i), o, op))
+                 : comm_.reduce_scatter(std::span<const T>(i), o, op);
+    });
+  }
+
+  void gather() {
+    const auto io = sized(n_, p_ * n_);
+    const std::span<T> i = io.first, o = io.second;
+    d_.async ? void(w_ = comm_.gather_async(std::span<const T>(i), o, d_.root))
+             : comm_.gather(std::span<const T>(i), o, d_.root);
+  }
+
+  void scatter() {
+    const auto io = sized(p_ * n_, n_);
+    const std::span<T> i = io.first, o = io.second;
+    d_.async ? void(w_ = comm_.scatter_async(std::span<const T>(i), o, d_.root))
+             : comm_.scatter(std::span<const T>(i), o, d_.root);
+  }
+
+  void all_to_all() {
+    const auto io = sized(p_ * n_, d_.in_place ? 0 : p_ * n_);
+    const std::span<T> i = io.first, o = io.second;
+    if (d_.in_place)
+      comm_.all_to_all(i);
+    else
+      d_.async ? void(w_ = comm_.all_to_all_async(std::span<const T>(i), o))
+               : comm_.all_to_all(std::span<const T>(i), o);
+  }
+
+  void barrier() { d_.async ? void(w_ = comm_.barrier_async()) : comm_.barrier(); }
+
+  /// Queues the async op with its buffers, which stay alive as long as it does.
+  void enqueue(std::vector<pending>& queue) {
+    queue.push_back({std::move(w_), std::make_shared<std::pair<decltype(in_), decltype(out_)>>(
+                                        std::move(in_), std::move(out_))});
+  }
+
+ private:
+  /// Sizes the input to `ni` elements holding rank + 1 and the output to `no` zeros.
+  std::pair<std::span<T>, std::span<T>> sized(std::size_t ni, std::size_t no) {
+    in_->assign(ni, static_cast<T>(comm_.rank() + 1));
+    out_->assign(no, T{});
+    return std::pair<std::span<T>, std::span<T>>(*in_, *out_);
+  }
+
+  Comm& comm_;
+  const op_desc& d_;
+  const std::size_t n_, p_;
+  std::shared_ptr<std::vector<T>> in_ = std::make_shared<std::vector<T>>();
+  std::shared_ptr<std::vector<T>> out_ = std::make_shared<std::vector<T>>();
+  tutti::work w_;
+};
+
+/// Runs the drawn op `d` with element type T on `comm`; an async one joins `queue`. A collective
+/// the policy lacks is never drawn, and its `if constexpr` guard keeps it from being compiled.
 template <class T, class Comm>
 void run_op(Comm& comm, const op_desc& d, std::vector<pending>& queue) {
   using A = typename Comm::algorithm_type;
   using X = typename Comm::transport_type;
   namespace det = tutti::detail;
-  const std::size_t n = d.n, p = static_cast<std::size_t>(comm.size());
-  auto in = std::make_shared<std::vector<T>>();
-  auto out = std::make_shared<std::vector<T>>();
-  const auto sized = [&](std::size_t ni, std::size_t no) {
-    in->assign(ni, static_cast<T>(comm.rank() + 1));
-    out->assign(no, T{});
-    return std::pair<std::span<T>, std::span<T>>(*in, *out);
-  };
-  tutti::work w;
+  op_call<T, Comm> call(comm, d);
   switch (d.c) {
     case coll::all_reduce:
-      if constexpr (det::has_all_reduce<A, X>) {
-        const auto io = sized(n, d.in_place ? 0 : n);
-        [[maybe_unused]] const std::span<T> i = io.first, o = io.second;
-        with_op(d.op, [&](auto op) {
-          if (d.in_place)
-            d.async ? void(w = comm.all_reduce_async(i, op)) : comm.all_reduce(i, op);
-          else
-            d.async ? void(w = comm.all_reduce_async(std::span<const T>(i), o, op))
-                    : comm.all_reduce(std::span<const T>(i), o, op);
-        });
-      }
+      if constexpr (det::has_all_reduce<A, X>) call.all_reduce();
       break;
     case coll::reduce:
-      if constexpr (det::has_reduce<A, X>) {
-        const auto io = sized(n, d.in_place ? 0 : n);
-        [[maybe_unused]] const std::span<T> i = io.first, o = io.second;
-        with_op(d.op, [&](auto op) {
-          if (d.in_place)
-            comm.reduce(i, op, d.root);
-          else
-            d.async ? void(w = comm.reduce_async(std::span<const T>(i), o, op, d.root))
-                    : comm.reduce(std::span<const T>(i), o, op, d.root);
-        });
-      }
+      if constexpr (det::has_reduce<A, X>) call.reduce();
       break;
     case coll::broadcast:
-      if constexpr (det::has_broadcast<A, X>) {
-        const auto io = sized(n, 0);
-        [[maybe_unused]] const std::span<T> i = io.first, o = io.second;
-        d.async ? void(w = comm.broadcast_async(i, d.root)) : comm.broadcast(i, d.root);
-      }
+      if constexpr (det::has_broadcast<A, X>) call.broadcast();
       break;
     case coll::all_gather:
-      if constexpr (det::has_all_gather<A, X>) {
-        if (d.in_place) {
-          const auto io = sized(p * n, 0);
-          [[maybe_unused]] const std::span<T> i = io.first, o = io.second;
-          comm.all_gather(i);
-        } else {
-          const auto io = sized(n, p * n);
-          [[maybe_unused]] const std::span<T> i = io.first, o = io.second;
-          d.async ? void(w = comm.all_gather_async(std::span<const T>(i), o))
-                  : comm.all_gather(std::span<const T>(i), o);
-        }
-      }
+      if constexpr (det::has_all_gather<A, X>) call.all_gather();
       break;
     case coll::reduce_scatter:
-      if constexpr (det::has_reduce_scatter<A, X>) {
-        const auto io = sized(p * n, d.in_place ? 0 : n);
-        [[maybe_unused]] const std::span<T> i = io.first, o = io.second;
-        with_op(d.op, [&](auto op) {
-          if (d.in_place)
-            comm.reduce_scatter(i, op);
-          else
-            d.async ? void(w = comm.reduce_scatter_async(std::span<const T>(i), o, op))
-                    : comm.reduce_scatter(std::span<const T>(i), o, op);
-        });
-      }
+      if constexpr (det::has_reduce_scatter<A, X>) call.reduce_scatter();
       break;
     case coll::gather:
-      if constexpr (det::has_gather<A, X>) {
-        const auto io = sized(n, p * n);
-        [[maybe_unused]] const std::span<T> i = io.first, o = io.second;
-        d.async ? void(w = comm.gather_async(std::span<const T>(i), o, d.root))
-                : comm.gather(std::span<const T>(i), o, d.root);
-      }
+      if constexpr (det::has_gather<A, X>) call.gather();
       break;
     case coll::scatter:
-      if constexpr (det::has_scatter<A, X>) {
-        const auto io = sized(p * n, n);
-        [[maybe_unused]] const std::span<T> i = io.first, o = io.second;
-        d.async ? void(w = comm.scatter_async(std::span<const T>(i), o, d.root))
-                : comm.scatter(std::span<const T>(i), o, d.root);
-      }
+      if constexpr (det::has_scatter<A, X>) call.scatter();
       break;
     case coll::all_to_all:
-      if constexpr (det::has_all_to_all<A, X>) {
-        const auto io = sized(p * n, d.in_place ? 0 : p * n);
-        [[maybe_unused]] const std::span<T> i = io.first, o = io.second;
-        if (d.in_place)
-          comm.all_to_all(i);
-        else
-          d.async ? void(w = comm.all_to_all_async(std::span<const T>(i), o))
-                  : comm.all_to_all(std::span<const T>(i), o);
-      }
+      if constexpr (det::has_all_to_all<A, X>) call.all_to_all();
       break;
     case coll::barrier:
-      d.async ? void(w = comm.barrier_async()) : comm.barrier();
+      call.barrier();
       break;
   }
-  if (d.async)
-    queue.push_back({std::move(w), std::make_shared<std::pair<decltype(in), decltype(out)>>(
-                                       std::move(in), std::move(out))});
+  if (d.async) call.enqueue(queue);
 }
 
 [[nodiscard]] bool has_in_place(coll c) {
@@ -1133,87 +1171,100 @@ constexpr const char* help_text =
   return v;
 }
 
+/// Sets the option `a` names if it takes no value (--help prints the usage and exits 0); false
+/// when it takes one or is unknown.
+[[nodiscard]] bool parse_flag(config& cfg, const std::string& a) {
+  if (a == "--help" || a == "-h") {
+    std::printf("%s", help_text);
+    std::exit(0);
+  }
+  if (a == "--self-test-fail")
+    cfg.self_test_fail = true;
+  else if (a == "--verbose")
+    cfg.verbose = true;
+  else if (a == "--require-naming" || a == "--record-naming")
+    cfg.require_naming = a == "--require-naming" ? 1 : 0;
+  else if (a == "--strict-shm")
+    cfg.strict_shm = true;
+  else if (a == "--ignore-sigpipe")
+    cfg.ignore_sigpipe = true;
+  else
+    return false;
+  return true;
+}
+
+/// Sets the transports from --transport's value: shm, gloo where built, or all of those.
+void parse_transport(config& cfg, const std::string& t) {
+  if (t == "all") {
+    cfg.transports = {"shm"};
+#ifdef TUTTI_HAVE_GLOO
+    cfg.transports.emplace_back("gloo");
+#endif
+  } else if (t == "shm"
+#ifdef TUTTI_HAVE_GLOO
+             || t == "gloo"
+#endif
+  ) {
+    cfg.transports = {t};
+  } else if (t == "inproc") {
+    usage("inproc ranks are threads of one process: they cannot be killed one by one");
+  } else {
+    usage("unknown or unbuilt transport " + t);
+  }
+}
+
+/// Sets the numeric option `a` names to `x`; false when `a` names none.
+[[nodiscard]] bool parse_number(config& cfg, const std::string& a, double x) {
+  if (a == "--trials")
+    cfg.trials = static_cast<int>(x);
+  else if (a == "--duration-s")
+    cfg.duration_s = x;
+  else if (a == "--seed")
+    cfg.seed = static_cast<std::uint64_t>(x);
+  else if (a == "--max-count")
+    cfg.max_count = static_cast<std::size_t>(x);
+  else if (a == "--max-delay-ms")
+    cfg.max_delay_ms = x;
+  else if (a == "--limit-ms")
+    cfg.limit_ms = x;
+  else if (a == "--hang-s")
+    cfg.hang_s = x;
+  else if (a == "--stop-timeout-ms")
+    cfg.stop_timeout_ms = static_cast<int>(x);
+  else if (a == "--store-timeout-ms")
+    cfg.store_timeout_ms = static_cast<int>(x);
+  else
+    return false;
+  return true;
+}
+
+/// Sets the option `a` names from its value `v`. An option that is none of the others must
+/// first have a number for a value ("not a number" is reported before "unknown option").
+void parse_value(config& cfg, const std::string& a, const char* v) {
+  if (a == "--mode") {
+    cfg.mode = v;
+    if (cfg.mode != "kill" && cfg.mode != "stop" && cfg.mode != "store")
+      usage("unknown mode " + cfg.mode);
+  } else if (a == "--transport") {
+    parse_transport(cfg, v);
+  } else if (a == "--np") {
+    cfg.nps = parse_np(v);
+  } else if (a == "--skip-policy") {
+    cfg.skip_policies.insert(v);
+  } else if (a == "--json") {
+    cfg.json = v;
+  } else if (!parse_number(cfg, a, number(a, v))) {
+    usage("unknown option " + a);
+  }
+}
+
 config parse(int argc, char** argv) {
   config cfg;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::printf("%s", help_text);
-      std::exit(0);
-    }
-    if (a == "--self-test-fail") {
-      cfg.self_test_fail = true;
-      continue;
-    }
-    if (a == "--verbose") {
-      cfg.verbose = true;
-      continue;
-    }
-    if (a == "--require-naming" || a == "--record-naming") {
-      cfg.require_naming = a == "--require-naming" ? 1 : 0;
-      continue;
-    }
-    if (a == "--strict-shm") {
-      cfg.strict_shm = true;
-      continue;
-    }
-    if (a == "--ignore-sigpipe") {
-      cfg.ignore_sigpipe = true;
-      continue;
-    }
+    if (parse_flag(cfg, a)) continue;
     if (i + 1 >= argc) usage("missing value after " + a);
-    const char* v = argv[++i];
-    if (a == "--mode") {
-      cfg.mode = v;
-      if (cfg.mode != "kill" && cfg.mode != "stop" && cfg.mode != "store")
-        usage("unknown mode " + cfg.mode);
-    } else if (a == "--transport") {
-      const std::string t = v;
-      if (t == "all") {
-        cfg.transports = {"shm"};
-#ifdef TUTTI_HAVE_GLOO
-        cfg.transports.emplace_back("gloo");
-#endif
-      } else if (t == "shm"
-#ifdef TUTTI_HAVE_GLOO
-                 || t == "gloo"
-#endif
-      ) {
-        cfg.transports = {t};
-      } else if (t == "inproc") {
-        usage("inproc ranks are threads of one process: they cannot be killed one by one");
-      } else {
-        usage("unknown or unbuilt transport " + t);
-      }
-    } else if (a == "--np") {
-      cfg.nps = parse_np(v);
-    } else if (a == "--skip-policy") {
-      cfg.skip_policies.insert(v);
-    } else if (a == "--json") {
-      cfg.json = v;
-    } else {
-      const double x = number(a, v);
-      if (a == "--trials")
-        cfg.trials = static_cast<int>(x);
-      else if (a == "--duration-s")
-        cfg.duration_s = x;
-      else if (a == "--seed")
-        cfg.seed = static_cast<std::uint64_t>(x);
-      else if (a == "--max-count")
-        cfg.max_count = static_cast<std::size_t>(x);
-      else if (a == "--max-delay-ms")
-        cfg.max_delay_ms = x;
-      else if (a == "--limit-ms")
-        cfg.limit_ms = x;
-      else if (a == "--hang-s")
-        cfg.hang_s = x;
-      else if (a == "--stop-timeout-ms")
-        cfg.stop_timeout_ms = static_cast<int>(x);
-      else if (a == "--store-timeout-ms")
-        cfg.store_timeout_ms = static_cast<int>(x);
-      else
-        usage("unknown option " + a);
-    }
+    parse_value(cfg, a, argv[++i]);
   }
   if (cfg.max_count < 1 || cfg.max_count > (std::size_t{1} << 22))
     usage("--max-count must be 1..4194304");
