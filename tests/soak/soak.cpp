@@ -242,256 +242,315 @@ constexpr unsigned capabilities() {
   return tutti_harness::capabilities<A, X, coll>();
 }
 
+/// One op of element type T on `comm`: its buffers, the call (blocking, or async into `w`) and
+/// `check`, which tests what the call left. Each collective has a member that fills the
+/// buffers, makes the call and sets `check`; call() runs the one drawn.
+template <class T, class Comm>
+struct op_runner {
+  op_runner(Comm& c, const op_desc& od) : comm(c), d(od) {}
+
+  Comm& comm;
+  const op_desc& d;
+  const std::size_t n = d.n, p = static_cast<std::size_t>(d.p),
+                    me = static_cast<std::size_t>(d.rank);
+  const bool root = d.rank == d.root;
+  std::shared_ptr<buffers<T>> b = std::make_shared<buffers<T>>();
+  tutti::work w;
+  // The checks copy what they read (`b`, `d`, the sizes), never `this`: an async op's check
+  // runs after its runner is gone.
+  std::function<void()> check;
+  std::span<T> in_s, out_s;
+
+  /// Runs the drawn collective if the policy implements it; `check` stays empty if not. The
+  /// guards keep a collective the policy lacks from being instantiated.
+  void call() {
+    using A = typename Comm::algorithm_type;
+    using X = typename Comm::transport_type;
+    namespace det = tutti::detail;
+    switch (d.c) {
+      case coll::all_reduce:
+        if constexpr (det::has_all_reduce<A, X>) all_reduce();
+        break;
+      case coll::reduce:
+        if constexpr (det::has_reduce<A, X>) reduce();
+        break;
+      case coll::broadcast:
+        if constexpr (det::has_broadcast<A, X>) broadcast();
+        break;
+      case coll::all_gather:
+        if constexpr (det::has_all_gather<A, X>) all_gather();
+        break;
+      case coll::reduce_scatter:
+        if constexpr (det::has_reduce_scatter<A, X>) reduce_scatter();
+        break;
+      case coll::gather:
+        if constexpr (det::has_gather<A, X>) gather();
+        break;
+      case coll::scatter:
+        if constexpr (det::has_scatter<A, X>) scatter();
+        break;
+      case coll::all_to_all:
+        if constexpr (det::has_all_to_all<A, X>) all_to_all();
+        break;
+      case coll::all_gatherv:
+        if constexpr (det::has_all_gatherv<A, X>) all_gatherv();
+        break;
+      case coll::all_to_allv:
+        if constexpr (det::has_all_to_allv<A, X>) all_to_allv();
+        break;
+      case coll::barrier:
+        barrier();
+        break;
+    }
+  }
+
+  /// Sizes the input to `len` elements of this rank's input values.
+  void fill_in(std::size_t len) {
+    b->in.resize(len);
+    for (std::size_t i = 0; i < len; ++i) b->in[i] = input<T>(d, d.rank, i);
+  }
+  /// Sizes the output to `len` elements of poison.
+  void fill_out(std::size_t len) {
+    b->out.resize(len);
+    for (std::size_t i = 0; i < len; ++i) b->out[i] = poison<T>(d, i);
+  }
+  /// Points in_s and out_s at the buffers as last sized.
+  void spans() {
+    in_s = std::span<T>(b->in);
+    out_s = std::span<T>(b->out);
+  }
+  /// The check that the input is as fill_in() left it: an out-of-place call must not change it.
+  [[nodiscard]] auto input_check() const {
+    return [b = b, d = d] {
+      expect<T>(d, "input", b->in, [&](std::size_t i) { return input<T>(d, d.rank, i); });
+    };
+  }
+
+  /// all_reduce: every rank holds the reduction.
+  void all_reduce() {
+    fill_in(n);
+    fill_out(d.in_place ? 0 : n);
+    spans();
+    with_op(d.op, [&](auto op) {
+      if (d.in_place)
+        d.async ? void(w = comm.all_reduce_async(in_s, op)) : comm.all_reduce(in_s, op);
+      else
+        d.async ? void(w = comm.all_reduce_async(std::span<const T>(in_s), out_s, op))
+                : comm.all_reduce(std::span<const T>(in_s), out_s, op);
+    });
+    check = [b = b, d = d, input_kept = input_check()] {
+      expect<T>(d, "result", d.in_place ? b->in : b->out,
+                [&](std::size_t i) { return reduced<T>(d, i); });
+      if (!d.in_place) input_kept();
+    };
+  }
+
+  /// reduce: the root holds the reduction, the others' buffers are untouched.
+  void reduce() {
+    fill_in(n);
+    fill_out(d.in_place || (!root && d.empty_off_root) ? 0 : n);
+    spans();
+    with_op(d.op, [&](auto op) {
+      if (d.in_place)
+        comm.reduce(in_s, op, d.root);
+      else if (d.async)
+        w = comm.reduce_async(std::span<const T>(in_s), out_s, op, d.root);
+      else
+        comm.reduce(std::span<const T>(in_s), out_s, op, d.root);
+    });
+    check = [b = b, d = d, root = root, input_kept = input_check()] {
+      if (d.in_place) {
+        if (root)
+          expect<T>(d, "result", b->in, [&](std::size_t i) { return reduced<T>(d, i); });
+        else
+          input_kept();  // documented: non-roots' buf is not changed
+        return;
+      }
+      if (root)
+        expect<T>(d, "result", b->out, [&](std::size_t i) { return reduced<T>(d, i); });
+      else
+        expect<T>(d, "untouched output", b->out, [&](std::size_t i) { return poison<T>(d, i); });
+      input_kept();
+    };
+  }
+
+  /// broadcast: every rank holds the root's input.
+  void broadcast() {
+    fill_in(n);
+    if (!root)
+      for (std::size_t i = 0; i < n; ++i) b->in[i] = poison<T>(d, i);
+    spans();
+    d.async ? void(w = comm.broadcast_async(in_s, d.root)) : comm.broadcast(in_s, d.root);
+    check = [b = b, d = d] {
+      expect<T>(d, "result", b->in, [&](std::size_t i) { return input<T>(d, d.root, i); });
+    };
+  }
+
+  /// all_gather: every rank holds every rank's input, in rank order.
+  void all_gather() {
+    if (d.in_place) {
+      fill_out(p * n);
+      for (std::size_t i = 0; i < n; ++i) b->out[me * n + i] = input<T>(d, d.rank, i);
+      spans();
+      comm.all_gather(out_s);
+    } else {
+      fill_in(n);
+      fill_out(p * n);
+      spans();
+      d.async ? void(w = comm.all_gather_async(std::span<const T>(in_s), out_s))
+              : comm.all_gather(std::span<const T>(in_s), out_s);
+    }
+    check = [b = b, d = d, n = n, input_kept = input_check()] {
+      expect<T>(d, "result", b->out,
+                [&](std::size_t i) { return input<T>(d, static_cast<int>(i / n), i % n); });
+      if (!d.in_place) input_kept();
+    };
+  }
+
+  /// reduce_scatter: each rank holds its block of the reduction.
+  void reduce_scatter() {
+    fill_in(p * n);
+    fill_out(d.in_place ? 0 : n);
+    spans();
+    with_op(d.op, [&](auto op) {
+      if (d.in_place)
+        comm.reduce_scatter(in_s, op);
+      else if (d.async)
+        w = comm.reduce_scatter_async(std::span<const T>(in_s), out_s, op);
+      else
+        comm.reduce_scatter(std::span<const T>(in_s), out_s, op);
+    });
+    check = [b = b, d = d, n = n, me = me, input_kept = input_check()] {
+      const std::span<const T> res =
+          d.in_place ? std::span<const T>(b->in).subspan(me * n, n) : std::span<const T>(b->out);
+      expect<T>(d, "result", res, [&](std::size_t i) { return reduced<T>(d, me * n + i); });
+      if (!d.in_place) input_kept();
+    };
+  }
+
+  /// gather: the root holds every rank's input, the others' outputs are untouched.
+  void gather() {
+    fill_in(n);
+    fill_out(root || !d.empty_off_root ? p * n : 0);
+    spans();
+    d.async ? void(w = comm.gather_async(std::span<const T>(in_s), out_s, d.root))
+            : comm.gather(std::span<const T>(in_s), out_s, d.root);
+    check = [b = b, d = d, n = n, root = root, input_kept = input_check()] {
+      if (root)
+        expect<T>(d, "result", b->out,
+                  [&](std::size_t i) { return input<T>(d, static_cast<int>(i / n), i % n); });
+      else
+        expect<T>(d, "untouched output", b->out, [&](std::size_t i) { return poison<T>(d, i); });
+      input_kept();
+    };
+  }
+
+  /// scatter: each rank holds its block of the root's input.
+  void scatter() {
+    fill_in(root || !d.empty_off_root ? p * n : 0);
+    fill_out(n);
+    spans();
+    d.async ? void(w = comm.scatter_async(std::span<const T>(in_s), out_s, d.root))
+            : comm.scatter(std::span<const T>(in_s), out_s, d.root);
+    check = [b = b, d = d, n = n, me = me, input_kept = input_check()] {
+      expect<T>(d, "result", b->out,
+                [&](std::size_t i) { return input<T>(d, d.root, me * n + i); });
+      input_kept();
+    };
+  }
+
+  /// all_to_all: block r of each rank's result is its block of rank r's input.
+  void all_to_all() {
+    fill_in(p * n);
+    fill_out(d.in_place ? 0 : p * n);
+    spans();
+    if (d.in_place)
+      comm.all_to_all(in_s);
+    else
+      d.async ? void(w = comm.all_to_all_async(std::span<const T>(in_s), out_s))
+              : comm.all_to_all(std::span<const T>(in_s), out_s);
+    check = [b = b, d = d, n = n, me = me, input_kept = input_check()] {
+      expect<T>(d, "result", d.in_place ? b->in : b->out, [&](std::size_t i) {
+        return input<T>(d, static_cast<int>(i / n), me * n + i % n);
+      });
+      if (!d.in_place) input_kept();
+    };
+  }
+
+  /// all_gatherv: every rank holds every rank's input, of the drawn counts, in rank order.
+  void all_gatherv() {
+    const auto off = prefix_offsets(d.counts);
+    fill_in(d.counts[me]);
+    fill_out(off.back());
+    spans();
+    comm.all_gatherv(std::span<const T>(in_s), out_s, std::span<const std::size_t>(d.counts));
+    check = [b = b, d = d, off, input_kept = input_check()] {
+      std::size_t r = 0;
+      expect<T>(d, "result", b->out, [&](std::size_t i) {
+        while (i >= off[r + 1]) ++r;
+        return input<T>(d, static_cast<int>(r), i - off[r]);
+      });
+      input_kept();
+    };
+  }
+
+  /// all_to_allv, of the drawn p x p counts: block r of each rank's result is what rank r
+  /// sent it.
+  void all_to_allv() {
+    // Element k of the block rank s sends to rank t is input(s, t * stride + k).
+    const std::size_t stride = d.n + 1;
+    std::vector<std::size_t> sc(p), rc(p);
+    for (std::size_t j = 0; j < p; ++j) {
+      sc[j] = d.counts[me * p + j];
+      rc[j] = d.counts[j * p + me];
+    }
+    const auto soff = prefix_offsets(sc), roff = prefix_offsets(rc);
+    b->in.resize(soff.back());
+    for (std::size_t j = 0; j < p; ++j)
+      for (std::size_t k = 0; k < sc[j]; ++k)
+        b->in[soff[j] + k] = input<T>(d, d.rank, j * stride + k);
+    fill_out(roff.back());
+    spans();
+    auto counts = std::make_shared<std::array<std::vector<std::size_t>, 2>>(
+        std::array<std::vector<std::size_t>, 2>{sc, rc});
+    const std::span<const std::size_t> scs((*counts)[0]), rcs((*counts)[1]);
+    d.async ? void(w = comm.all_to_allv_async(std::span<const T>(in_s), scs, out_s, rcs))
+            : comm.all_to_allv(std::span<const T>(in_s), scs, out_s, rcs);
+    check = [b = b, d = d, me = me, stride, soff, roff, counts] {
+      std::size_t r = 0;
+      expect<T>(d, "result", b->out, [&](std::size_t i) {
+        while (i >= roff[r + 1]) ++r;
+        return input<T>(d, static_cast<int>(r), me * stride + (i - roff[r]));
+      });
+      expect<T>(d, "input", b->in, [&](std::size_t i) {
+        std::size_t j = 0;
+        while (i >= soff[j + 1]) ++j;
+        return input<T>(d, d.rank, j * stride + (i - soff[j]));
+      });
+    };
+  }
+
+  /// barrier: nothing to check but that it returns.
+  void barrier() {
+    d.async ? void(w = comm.barrier_async()) : comm.barrier();
+    check = [] {};
+  }
+};
+
 /// Runs op `d` with element type T on `comm`: blocking and checked at once, or async and
 /// queued on `queue` with its check.
 template <class T, class Comm>
 void run_op(Comm& comm, const op_desc& d, std::vector<pending>& queue, bool& corrupted) {
-  using A = typename Comm::algorithm_type;
-  using X = typename Comm::transport_type;
-  namespace det = tutti::detail;
-  const std::size_t n = d.n, p = static_cast<std::size_t>(d.p),
-                    me = static_cast<std::size_t>(d.rank);
-  const bool root = d.rank == d.root;
-  auto b = std::make_shared<buffers<T>>();
-  tutti::work w;
-  std::function<void()> check;
-  const auto fill_in = [&](std::size_t len) {
-    b->in.resize(len);
-    for (std::size_t i = 0; i < len; ++i) b->in[i] = input<T>(d, d.rank, i);
-  };
-  const auto fill_out = [&](std::size_t len) {
-    b->out.resize(len);
-    for (std::size_t i = 0; i < len; ++i) b->out[i] = poison<T>(d, i);
-  };
-  // An out-of-place call must leave its input as it was.
-  const auto input_kept = [b, d] {
-    expect<T>(d, "input", b->in, [&](std::size_t i) { return input<T>(d, d.rank, i); });
-  };
-  std::span<T> in_s, out_s;
-  const auto spans = [&] {
-    in_s = std::span<T>(b->in);
-    out_s = std::span<T>(b->out);
-  };
-
-  switch (d.c) {
-    case coll::all_reduce:
-      if constexpr (det::has_all_reduce<A, X>) {
-        fill_in(n);
-        fill_out(d.in_place ? 0 : n);
-        spans();
-        with_op(d.op, [&](auto op) {
-          if (d.in_place)
-            d.async ? void(w = comm.all_reduce_async(in_s, op)) : comm.all_reduce(in_s, op);
-          else
-            d.async ? void(w = comm.all_reduce_async(std::span<const T>(in_s), out_s, op))
-                    : comm.all_reduce(std::span<const T>(in_s), out_s, op);
-        });
-        check = [b, d, input_kept] {
-          expect<T>(d, "result", d.in_place ? b->in : b->out,
-                    [&](std::size_t i) { return reduced<T>(d, i); });
-          if (!d.in_place) input_kept();
-        };
-      }
-      break;
-    case coll::reduce:
-      if constexpr (det::has_reduce<A, X>) {
-        fill_in(n);
-        fill_out(d.in_place || (!root && d.empty_off_root) ? 0 : n);
-        spans();
-        with_op(d.op, [&](auto op) {
-          if (d.in_place)
-            comm.reduce(in_s, op, d.root);
-          else if (d.async)
-            w = comm.reduce_async(std::span<const T>(in_s), out_s, op, d.root);
-          else
-            comm.reduce(std::span<const T>(in_s), out_s, op, d.root);
-        });
-        check = [b, d, root, input_kept] {
-          if (d.in_place) {
-            if (root)
-              expect<T>(d, "result", b->in, [&](std::size_t i) { return reduced<T>(d, i); });
-            else
-              input_kept();  // documented: non-roots' buf is not changed
-            return;
-          }
-          if (root)
-            expect<T>(d, "result", b->out, [&](std::size_t i) { return reduced<T>(d, i); });
-          else
-            expect<T>(d, "untouched output", b->out,
-                      [&](std::size_t i) { return poison<T>(d, i); });
-          input_kept();
-        };
-      }
-      break;
-    case coll::broadcast:
-      if constexpr (det::has_broadcast<A, X>) {
-        fill_in(n);
-        if (!root)
-          for (std::size_t i = 0; i < n; ++i) b->in[i] = poison<T>(d, i);
-        spans();
-        d.async ? void(w = comm.broadcast_async(in_s, d.root)) : comm.broadcast(in_s, d.root);
-        check = [b, d] {
-          expect<T>(d, "result", b->in, [&](std::size_t i) { return input<T>(d, d.root, i); });
-        };
-      }
-      break;
-    case coll::all_gather:
-      if constexpr (det::has_all_gather<A, X>) {
-        if (d.in_place) {
-          fill_out(p * n);
-          for (std::size_t i = 0; i < n; ++i) b->out[me * n + i] = input<T>(d, d.rank, i);
-          spans();
-          comm.all_gather(out_s);
-        } else {
-          fill_in(n);
-          fill_out(p * n);
-          spans();
-          d.async ? void(w = comm.all_gather_async(std::span<const T>(in_s), out_s))
-                  : comm.all_gather(std::span<const T>(in_s), out_s);
-        }
-        check = [b, d, n, input_kept] {
-          expect<T>(d, "result", b->out,
-                    [&](std::size_t i) { return input<T>(d, static_cast<int>(i / n), i % n); });
-          if (!d.in_place) input_kept();
-        };
-      }
-      break;
-    case coll::reduce_scatter:
-      if constexpr (det::has_reduce_scatter<A, X>) {
-        fill_in(p * n);
-        fill_out(d.in_place ? 0 : n);
-        spans();
-        with_op(d.op, [&](auto op) {
-          if (d.in_place)
-            comm.reduce_scatter(in_s, op);
-          else if (d.async)
-            w = comm.reduce_scatter_async(std::span<const T>(in_s), out_s, op);
-          else
-            comm.reduce_scatter(std::span<const T>(in_s), out_s, op);
-        });
-        check = [b, d, n, me, input_kept] {
-          const std::span<const T> res = d.in_place ? std::span<const T>(b->in).subspan(me * n, n)
-                                                    : std::span<const T>(b->out);
-          expect<T>(d, "result", res, [&](std::size_t i) { return reduced<T>(d, me * n + i); });
-          if (!d.in_place) input_kept();
-        };
-      }
-      break;
-    case coll::gather:
-      if constexpr (det::has_gather<A, X>) {
-        fill_in(n);
-        fill_out(root || !d.empty_off_root ? p * n : 0);
-        spans();
-        d.async ? void(w = comm.gather_async(std::span<const T>(in_s), out_s, d.root))
-                : comm.gather(std::span<const T>(in_s), out_s, d.root);
-        check = [b, d, n, root, input_kept] {
-          if (root)
-            expect<T>(d, "result", b->out,
-                      [&](std::size_t i) { return input<T>(d, static_cast<int>(i / n), i % n); });
-          else
-            expect<T>(d, "untouched output", b->out,
-                      [&](std::size_t i) { return poison<T>(d, i); });
-          input_kept();
-        };
-      }
-      break;
-    case coll::scatter:
-      if constexpr (det::has_scatter<A, X>) {
-        fill_in(root || !d.empty_off_root ? p * n : 0);
-        fill_out(n);
-        spans();
-        d.async ? void(w = comm.scatter_async(std::span<const T>(in_s), out_s, d.root))
-                : comm.scatter(std::span<const T>(in_s), out_s, d.root);
-        check = [b, d, n, me, input_kept] {
-          expect<T>(d, "result", b->out,
-                    [&](std::size_t i) { return input<T>(d, d.root, me * n + i); });
-          input_kept();
-        };
-      }
-      break;
-    case coll::all_to_all:
-      if constexpr (det::has_all_to_all<A, X>) {
-        fill_in(p * n);
-        fill_out(d.in_place ? 0 : p * n);
-        spans();
-        if (d.in_place)
-          comm.all_to_all(in_s);
-        else
-          d.async ? void(w = comm.all_to_all_async(std::span<const T>(in_s), out_s))
-                  : comm.all_to_all(std::span<const T>(in_s), out_s);
-        check = [b, d, n, me, input_kept] {
-          expect<T>(d, "result", d.in_place ? b->in : b->out, [&](std::size_t i) {
-            return input<T>(d, static_cast<int>(i / n), me * n + i % n);
-          });
-          if (!d.in_place) input_kept();
-        };
-      }
-      break;
-    case coll::all_gatherv:
-      if constexpr (det::has_all_gatherv<A, X>) {
-        const auto off = prefix_offsets(d.counts);
-        fill_in(d.counts[me]);
-        fill_out(off.back());
-        spans();
-        comm.all_gatherv(std::span<const T>(in_s), out_s, std::span<const std::size_t>(d.counts));
-        check = [b, d, off, input_kept] {
-          std::size_t r = 0;
-          expect<T>(d, "result", b->out, [&](std::size_t i) {
-            while (i >= off[r + 1]) ++r;
-            return input<T>(d, static_cast<int>(r), i - off[r]);
-          });
-          input_kept();
-        };
-      }
-      break;
-    case coll::all_to_allv:
-      if constexpr (det::has_all_to_allv<A, X>) {
-        // Element k of the block rank s sends to rank t is input(s, t * stride + k).
-        const std::size_t stride = d.n + 1;
-        std::vector<std::size_t> sc(p), rc(p);
-        for (std::size_t j = 0; j < p; ++j) {
-          sc[j] = d.counts[me * p + j];
-          rc[j] = d.counts[j * p + me];
-        }
-        const auto soff = prefix_offsets(sc), roff = prefix_offsets(rc);
-        b->in.resize(soff.back());
-        for (std::size_t j = 0; j < p; ++j)
-          for (std::size_t k = 0; k < sc[j]; ++k)
-            b->in[soff[j] + k] = input<T>(d, d.rank, j * stride + k);
-        fill_out(roff.back());
-        spans();
-        auto counts = std::make_shared<std::array<std::vector<std::size_t>, 2>>(
-            std::array<std::vector<std::size_t>, 2>{sc, rc});
-        const std::span<const std::size_t> scs((*counts)[0]), rcs((*counts)[1]);
-        d.async ? void(w = comm.all_to_allv_async(std::span<const T>(in_s), scs, out_s, rcs))
-                : comm.all_to_allv(std::span<const T>(in_s), scs, out_s, rcs);
-        check = [b, d, me, stride, soff, roff, counts] {
-          std::size_t r = 0;
-          expect<T>(d, "result", b->out, [&](std::size_t i) {
-            while (i >= roff[r + 1]) ++r;
-            return input<T>(d, static_cast<int>(r), me * stride + (i - roff[r]));
-          });
-          expect<T>(d, "input", b->in, [&](std::size_t i) {
-            std::size_t j = 0;
-            while (i >= soff[j + 1]) ++j;
-            return input<T>(d, d.rank, j * stride + (i - soff[j]));
-          });
-        };
-      }
-      break;
-    case coll::barrier:
-      d.async ? void(w = comm.barrier_async()) : comm.barrier();
-      check = [] {};
-      break;
-  }
-  if (!check) {
+  op_runner<T, Comm> r(comm, d);
+  r.call();
+  if (!r.check) {
     std::fprintf(stderr, "tutti-soak: internal error: %s drawn for %s, which lacks it\n",
                  coll_names[static_cast<std::size_t>(d.c)], d.policy);
     std::_Exit(2);
   }
-  if (d.corrupt && !(b->out.empty() && b->in.empty())) {
+  if (d.corrupt && !(r.b->out.empty() && r.b->in.empty())) {
     // Self-test: spoil one element after the call; the check must catch it.
-    check = [b, inner = std::move(check)] {
+    r.check = [b = r.b, inner = std::move(r.check)] {
       std::vector<T>& res = b->out.empty() ? b->in : b->out;
       res[0] = to<T>(as_double(res[0]) == 99.0 ? 98 : 99);
       inner();
@@ -499,9 +558,9 @@ void run_op(Comm& comm, const op_desc& d, std::vector<pending>& queue, bool& cor
     corrupted = true;
   }
   if (d.async)
-    queue.push_back({std::move(w), std::move(check)});
+    queue.push_back({std::move(r.w), std::move(r.check)});
   else
-    check();
+    r.check();
 }
 
 template <class Comm>
@@ -532,97 +591,117 @@ void run_typed(Comm& comm, const op_desc& d, std::vector<pending>& queue, bool& 
   return c == coll::all_reduce || c == coll::reduce || c == coll::reduce_scatter;
 }
 
-/// The soak on one rank: `comms` are this rank's communicators, one per policy.
-template <class... Comm>
-int soak(const config& cfg, Comm&... comms) {
-  constexpr std::size_t n_comms = sizeof...(Comm);
-  const std::array<unsigned, n_comms> caps{
-      capabilities<typename Comm::algorithm_type, typename Comm::transport_type>()...};
-  const std::array<const char*, n_comms> policies{Comm::algorithm_type::name...};
-  const int rank = std::get<0>(std::forward_as_tuple(comms...)).rank();
-  const int p = std::get<0>(std::forward_as_tuple(comms...)).size();
-  if (rank == 0)
-    for (std::size_t k = 0; k < n_comms; ++k) {
+/// The next draw of `rng`, reduced to [0, n).
+[[nodiscard]] std::size_t below(std::mt19937_64& rng, std::size_t n) {
+  return static_cast<std::size_t>(rng() % n);
+}
+
+/// This rank's place in the world and its N communicators' policies and capabilities() masks.
+template <std::size_t N>
+struct soak_world {
+  int rank = 0;
+  int p = 1;
+  std::array<const char*, N> policies{};
+  std::array<unsigned, N> caps{};
+
+  /// Prints the collectives each communicator implements.
+  void print_capabilities() const {
+    for (std::size_t k = 0; k < N; ++k) {
       std::printf("communicator %zu (%s):", k, policies[k]);
       for (int c = 0; c < n_colls; ++c)
         if ((caps[k] >> c) & 1U) std::printf(" %s", coll_names[static_cast<std::size_t>(c)]);
       std::printf("\n");
     }
+  }
+};
 
-  std::mt19937_64 rng(cfg.seed);
-  const auto below = [&rng](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
-  std::vector<pending> queue;
-  bool corrupted = false;
+/// Draws a collective among those that `cap`, a capabilities() mask, holds.
+[[nodiscard]] coll draw_coll(std::mt19937_64& rng, unsigned cap) {
+  std::array<int, n_colls> choices{};
+  std::size_t m = 0;
+  for (int c = 0; c < n_colls; ++c)
+    if ((cap >> c) & 1U) choices[m++] = c;
+  coll drawn = coll::barrier;
+  // A barrier checks little: redraw it three times in four.
+  do drawn = static_cast<coll>(choices[below(rng, m)]);
+  while (drawn == coll::barrier && below(rng, 4) != 0);
+  return drawn;
+}
+
+/// Draws an op's count: 0 or 1, around the world size `p`, odd, or any up to `max_count`.
+[[nodiscard]] std::size_t draw_count(std::mt19937_64& rng, std::size_t max_count, int p) {
+  switch (below(rng, 4)) {
+    case 0:
+      return below(rng, 2);  // 0 or 1
+    case 1:
+      return 2 + below(rng, 2 * static_cast<std::size_t>(p));  // around the world size
+    case 2:
+      return std::min(max_count, 2 * below(rng, max_count / 2 + 1) + 1);  // odd
+    default:
+      return below(rng, max_count + 1);
+  }
+}
+
+/// Draws the counts of a v-collective (all_gatherv: p; all_to_allv: p x p, row = sender) of
+/// at most `d.n` each; none for the other collectives.
+[[nodiscard]] std::vector<std::size_t> draw_counts(std::mt19937_64& rng, const op_desc& d) {
+  const auto p = static_cast<std::size_t>(d.p);
+  std::vector<std::size_t> counts;
+  if (d.c == coll::all_gatherv) {
+    counts.resize(p);
+    for (auto& k : counts) k = below(rng, 2) == 0 ? 0 : below(rng, d.n + 1);
+  } else if (d.c == coll::all_to_allv) {
+    counts.resize(p * p);
+    for (auto& k : counts) k = below(rng, 3) == 0 ? 0 : below(rng, d.n + 1);
+  }
+  return counts;
+}
+
+/// Draws op `index` on `world`: the same op on every rank, but for `rank`.
+template <std::size_t N>
+[[nodiscard]] op_desc draw_op(std::mt19937_64& rng, const config& cfg, const soak_world<N>& world,
+                              long index) {
+  op_desc d;
+  d.index = index;
+  d.seed = cfg.seed;
+  d.p = world.p;
+  d.rank = world.rank;
+  d.comm = static_cast<int>(below(rng, N));
+  d.policy = world.policies[static_cast<std::size_t>(d.comm)];
+  d.c = draw_coll(rng, world.caps[static_cast<std::size_t>(d.comm)]);
+  d.type = draw_type(rng());
+  d.op = reducing(d.c) ? op_kinds[below(rng, op_kinds.size())] : tutti::op_kind::none;
+  d.n = draw_count(rng, cfg.max_count, world.p);
+  d.root = static_cast<int>(below(rng, static_cast<std::size_t>(world.p)));
+  d.in_place = has_in_place(d.c) && below(rng, 2) == 0;
+  d.async = has_async(d.c, d.in_place) && below(rng, 2) == 0;
+  d.empty_off_root = below(rng, 2) == 0;
+  d.counts = draw_counts(rng, d);
+  return d;
+}
+
+/// Waits for an outstanding async op drawn at random, runs its check and drops it.
+void drain_one(std::mt19937_64& rng, std::vector<pending>& queue) {
+  const std::size_t i = below(rng, queue.size());
+  queue[i].w.wait();
+  queue[i].check();
+  queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+/// How many ops of each kind this rank ran, for rank 0's summary.
+struct soak_tally {
   std::array<long, n_colls> done{};
   long n_async = 0, n_in_place = 0;
-  const auto drain_one = [&] {
-    const std::size_t i = below(queue.size());
-    queue[i].w.wait();
-    queue[i].check();
-    queue.erase(queue.begin() + static_cast<std::ptrdiff_t>(i));
-  };
-  const auto start = std::chrono::steady_clock::now();
-  for (long index = 0; index < cfg.ops; ++index) {
-    op_desc d;
-    d.index = index;
-    d.seed = cfg.seed;
-    d.p = p;
-    d.rank = rank;
-    d.comm = static_cast<int>(below(n_comms));
-    d.policy = policies[static_cast<std::size_t>(d.comm)];
-    {
-      std::array<int, n_colls> choices{};
-      std::size_t m = 0;
-      for (int c = 0; c < n_colls; ++c)
-        if ((caps[static_cast<std::size_t>(d.comm)] >> c) & 1U) choices[m++] = c;
-      // A barrier checks little: redraw it three times in four.
-      do d.c = static_cast<coll>(choices[below(m)]);
-      while (d.c == coll::barrier && below(4) != 0);
-    }
-    d.type = draw_type(rng());
-    d.op = reducing(d.c) ? op_kinds[below(op_kinds.size())] : tutti::op_kind::none;
-    switch (below(4)) {
-      case 0:
-        d.n = below(2);  // 0 or 1
-        break;
-      case 1:
-        d.n = 2 + below(2 * static_cast<std::size_t>(p));  // around the world size
-        break;
-      case 2:
-        d.n = std::min(cfg.max_count, 2 * below(cfg.max_count / 2 + 1) + 1);  // odd
-        break;
-      default:
-        d.n = below(cfg.max_count + 1);
-    }
-    d.root = static_cast<int>(below(static_cast<std::size_t>(p)));
-    d.in_place = has_in_place(d.c) && below(2) == 0;
-    d.async = has_async(d.c, d.in_place) && below(2) == 0;
-    d.empty_off_root = below(2) == 0;
-    if (d.c == coll::all_gatherv) {
-      d.counts.resize(static_cast<std::size_t>(p));
-      for (auto& c : d.counts) c = below(2) == 0 ? 0 : below(d.n + 1);
-    } else if (d.c == coll::all_to_allv) {
-      d.counts.resize(static_cast<std::size_t>(p) * static_cast<std::size_t>(p));
-      for (auto& c : d.counts) c = below(3) == 0 ? 0 : below(d.n + 1);
-    }
-    // --corrupt-at K: rank 0 spoils the first op from K on that has a buffer.
-    d.corrupt = rank == 0 && cfg.corrupt_at >= 0 && index >= cfg.corrupt_at && !corrupted;
+
+  /// Counts op `d`.
+  void add(const op_desc& d) {
     ++done[static_cast<std::size_t>(d.c)];
     n_async += d.async ? 1 : 0;
     n_in_place += d.in_place ? 1 : 0;
-
-    std::size_t k = 0;
-    ((k++ == static_cast<std::size_t>(d.comm) ? run_typed(comms, d, queue, corrupted) : void()),
-     ...);
-
-    const std::size_t cap = 1 + below(4);  // up to 4 outstanding, across communicators
-    while (queue.size() > cap) drain_one();
-    if (below(8) == 0 && !queue.empty()) drain_one();
   }
-  while (!queue.empty()) drain_one();
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (rank == 0) {
+
+  /// Prints the count of each collective and the closing line of a soak on `p` ranks.
+  void print(const config& cfg, int p, double secs) const {
     long total = 0;
     for (int c = 0; c < n_colls; ++c) {
       std::printf("%-15s %ld\n", coll_names[static_cast<std::size_t>(c)],
@@ -636,6 +715,42 @@ int soak(const config& cfg, Comm&... comms) {
         secs);
     std::fflush(stdout);
   }
+};
+
+/// The soak on one rank: `comms` are this rank's communicators, one per policy.
+template <class... Comm>
+int soak(const config& cfg, Comm&... comms) {
+  const auto& first = std::get<0>(std::forward_as_tuple(comms...));
+  const soak_world<sizeof...(Comm)> world{
+      first.rank(),
+      first.size(),
+      {Comm::algorithm_type::name...},
+      {capabilities<typename Comm::algorithm_type, typename Comm::transport_type>()...}};
+  if (world.rank == 0) world.print_capabilities();
+
+  std::mt19937_64 rng(cfg.seed);
+  std::vector<pending> queue;
+  bool corrupted = false;
+  soak_tally tally;
+  const auto start = std::chrono::steady_clock::now();
+  for (long index = 0; index < cfg.ops; ++index) {
+    op_desc d = draw_op(rng, cfg, world, index);
+    // --corrupt-at K: rank 0 spoils the first op from K on that has a buffer.
+    d.corrupt = world.rank == 0 && cfg.corrupt_at >= 0 && index >= cfg.corrupt_at && !corrupted;
+    tally.add(d);
+
+    std::size_t k = 0;
+    ((k++ == static_cast<std::size_t>(d.comm) ? run_typed(comms, d, queue, corrupted) : void()),
+     ...);
+
+    const std::size_t cap = 1 + below(rng, 4);  // up to 4 outstanding, across communicators
+    while (queue.size() > cap) drain_one(rng, queue);
+    if (below(rng, 8) == 0 && !queue.empty()) drain_one(rng, queue);
+  }
+  while (!queue.empty()) drain_one(rng, queue);
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (world.rank == 0) tally.print(cfg, world.p, secs);
   return 0;
 }
 
