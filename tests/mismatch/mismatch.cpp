@@ -317,191 +317,240 @@ constexpr unsigned capabilities() {
 
 // ---- running one call --------------------------------------------------------------------
 
-/// Runs `d` on `comm` (waiting for it when async, through `w`). Returns false if the call
-/// returned with a wrong value (checked only when `check`). A failing call raises. The caller
-/// keeps `w` until it has read the error: the progress thread may drop its reference to the
-/// exception last, and ThreadSanitizer cannot see libstdc++'s (uninstrumented) exception
-/// reference count order that after this thread's read.
+/// One call `d` with element type T on `comm`: its buffers, and one member per collective that
+/// makes the call (waiting for it when async, through `w`) and checks what it returned (only
+/// when `check`). A failing call raises. The caller keeps `w` until it has read the error: the
+/// progress thread may drop its reference to the exception last, and ThreadSanitizer cannot see
+/// libstdc++'s (uninstrumented) exception reference count order that after this thread's read.
 template <class T, class Comm>
-bool run_typed(Comm& comm, const call_desc& d, bool check, tutti::work& w) {
+class typed_call {
   using A = typename Comm::algorithm_type;
   using X = typename Comm::transport_type;
-  namespace det = tutti::detail;
-  const int p = comm.size(), rank = comm.rank();
-  const auto up = static_cast<std::size_t>(p), me = static_cast<std::size_t>(rank);
-  const std::size_t n = d.n;
-  std::vector<T> in, out;
-  const auto fill_in = [&](std::size_t len, int who) {
-    in.resize(len);
-    for (std::size_t i = 0; i < len; ++i) in[i] = input<T>(d, p, who, i);
-  };
-  const auto fill_out = [&](std::size_t len) {
-    out.resize(len);
-    for (std::size_t i = 0; i < len; ++i) out[i] = poison<T>(i);
-  };
-  const auto cin = [&] { return std::span<const T>(in); };
-  const auto sout = [&] { return std::span<T>(out); };
-  const auto finish = [&] {
-    if (d.async) w.wait();
-  };
-  bool ok = true;
-  switch (d.c) {
-    case coll::all_reduce:
-      if constexpr (det::has_all_reduce<A, X>) {
-        fill_in(n, rank);
-        fill_out(n);
-        with_op(d.op, [&](auto op) {
-          d.async ? void(w = comm.all_reduce_async(cin(), sout(), op))
-                  : comm.all_reduce(cin(), sout(), op);
-        });
-        finish();
-        if (check) ok = same<T>(out, [&](std::size_t i) { return reduced<T>(d, p, i); });
-      }
-      break;
-    case coll::reduce:
-      if constexpr (det::has_reduce<A, X>) {
-        fill_in(n, rank);
-        fill_out(n);
-        with_op(d.op, [&](auto op) {
-          d.async ? void(w = comm.reduce_async(cin(), sout(), op, d.root))
-                  : comm.reduce(cin(), sout(), op, d.root);
-        });
-        finish();
-        if (check)
-          ok = rank == d.root ? same<T>(out, [&](std::size_t i) { return reduced<T>(d, p, i); })
-                              : same<T>(out, [](std::size_t i) { return poison<T>(i); });
-      }
-      break;
-    case coll::broadcast:
-      if constexpr (det::has_broadcast<A, X>) {
-        fill_in(n, rank);
-        if (rank != d.root)
-          for (std::size_t i = 0; i < n; ++i) in[i] = poison<T>(i);
-        d.async ? void(w = comm.broadcast_async(std::span<T>(in), d.root))
-                : comm.broadcast(std::span<T>(in), d.root);
-        finish();
-        if (check) ok = same<T>(cin(), [&](std::size_t i) { return input<T>(d, p, d.root, i); });
-      }
-      break;
-    case coll::all_gather:
-      if constexpr (det::has_all_gather<A, X>) {
-        fill_in(n, rank);
-        fill_out(up * n);
-        d.async ? void(w = comm.all_gather_async(cin(), sout())) : comm.all_gather(cin(), sout());
-        finish();
-        if (check)
-          ok = same<T>(
-              out, [&](std::size_t i) { return input<T>(d, p, static_cast<int>(i / n), i % n); });
-      }
-      break;
-    case coll::gather:
-      if constexpr (det::has_gather<A, X>) {
-        fill_in(n, rank);
-        fill_out(up * n);
-        d.async ? void(w = comm.gather_async(cin(), sout(), d.root))
-                : comm.gather(cin(), sout(), d.root);
-        finish();
-        if (check)
-          ok = rank == d.root ? same<T>(out,
-                                        [&](std::size_t i) {
-                                          return input<T>(d, p, static_cast<int>(i / n), i % n);
-                                        })
-                              : same<T>(out, [](std::size_t i) { return poison<T>(i); });
-      }
-      break;
-    case coll::scatter:
-      if constexpr (det::has_scatter<A, X>) {
-        fill_in(up * n, rank);
-        fill_out(n);
-        d.async ? void(w = comm.scatter_async(cin(), sout(), d.root))
-                : comm.scatter(cin(), sout(), d.root);
-        finish();
-        if (check)
-          ok = same<T>(out, [&](std::size_t i) { return input<T>(d, p, d.root, me * n + i); });
-      }
-      break;
-    case coll::reduce_scatter:
-      if constexpr (det::has_reduce_scatter<A, X>) {
-        fill_in(up * n, rank);
-        fill_out(n);
-        with_op(d.op, [&](auto op) {
-          d.async ? void(w = comm.reduce_scatter_async(cin(), sout(), op))
-                  : comm.reduce_scatter(cin(), sout(), op);
-        });
-        finish();
-        if (check) ok = same<T>(out, [&](std::size_t i) { return reduced<T>(d, p, me * n + i); });
-      }
-      break;
-    case coll::all_to_all:
-      if constexpr (det::has_all_to_all<A, X>) {
-        fill_in(up * n, rank);
-        fill_out(up * n);
-        d.async ? void(w = comm.all_to_all_async(cin(), sout())) : comm.all_to_all(cin(), sout());
-        finish();
-        if (check)
-          ok = same<T>(out, [&](std::size_t i) {
-            return input<T>(d, p, static_cast<int>(i / n), me * n + i % n);
-          });
-      }
-      break;
-    case coll::all_gatherv:
-      if constexpr (det::has_all_gatherv<A, X>) {
-        const auto off = prefix_offsets(d.counts);
-        fill_in(d.counts[me], rank);
-        fill_out(off.back());
-        comm.all_gatherv(cin(), sout(), std::span<const std::size_t>(d.counts));
-        if (check) {
-          std::size_t r = 0;
-          ok = same<T>(out, [&](std::size_t i) {
-            while (i >= off[r + 1]) ++r;
-            return input<T>(d, p, static_cast<int>(r), i - off[r]);
-          });
-        }
-      }
-      break;
-    case coll::all_to_allv:
-      if constexpr (det::has_all_to_allv<A, X>) {
-        // Element k of the block rank s sends to rank t is input(s, t * stride + k).
-        const std::size_t stride = 64;
-        std::vector<std::size_t> sc(up), rc(up);
-        for (std::size_t j = 0; j < up; ++j) {
-          sc[j] = d.counts[me * up + j];
-          rc[j] = d.counts[j * up + me];
-        }
-        const auto soff = prefix_offsets(sc), roff = prefix_offsets(rc);
-        in.resize(soff.back());
-        for (std::size_t j = 0; j < up; ++j)
-          for (std::size_t k = 0; k < sc[j]; ++k)
-            in[soff[j] + k] = input<T>(d, p, rank, j * stride + k);
-        fill_out(roff.back());
-        const std::span<const std::size_t> scs(sc), rcs(rc);
-        d.async ? void(w = comm.all_to_allv_async(cin(), scs, sout(), rcs))
-                : comm.all_to_allv(cin(), scs, sout(), rcs);
-        finish();
-        if (check) {
-          std::size_t r = 0;
-          ok = same<T>(out, [&](std::size_t i) {
-            while (i >= roff[r + 1]) ++r;
-            return input<T>(d, p, static_cast<int>(r), me * stride + (i - roff[r]));
-          });
-        }
-      }
-      break;
-    case coll::barrier:
-      if constexpr (det::has_barrier<A, X>) {
-        d.async ? void(w = comm.barrier_async()) : comm.barrier();
-        finish();
-      }
-      break;
-  }
-  return ok;
-}
 
+ public:
+  typed_call(Comm& comm, const call_desc& d, bool check, tutti::work& w)
+      : comm_(comm),
+        d_(d),
+        check_(check),
+        w_(w),
+        p_(comm.size()),
+        rank_(comm.rank()),
+        up_(static_cast<std::size_t>(p_)),
+        me_(static_cast<std::size_t>(rank_)),
+        n_(d.n) {}
+
+  /// Makes the call; false if it returned with a wrong value. A collective the policy lacks is
+  /// never instantiated (the capability guards): for it, this does nothing.
+  bool run() {
+    namespace det = tutti::detail;
+    switch (d_.c) {
+      case coll::all_reduce:
+        if constexpr (det::has_all_reduce<A, X>) return all_reduce();
+        break;
+      case coll::reduce:
+        if constexpr (det::has_reduce<A, X>) return reduce();
+        break;
+      case coll::broadcast:
+        if constexpr (det::has_broadcast<A, X>) return broadcast();
+        break;
+      case coll::all_gather:
+        if constexpr (det::has_all_gather<A, X>) return all_gather();
+        break;
+      case coll::gather:
+        if constexpr (det::has_gather<A, X>) return gather();
+        break;
+      case coll::scatter:
+        if constexpr (det::has_scatter<A, X>) return scatter();
+        break;
+      case coll::reduce_scatter:
+        if constexpr (det::has_reduce_scatter<A, X>) return reduce_scatter();
+        break;
+      case coll::all_to_all:
+        if constexpr (det::has_all_to_all<A, X>) return all_to_all();
+        break;
+      case coll::all_gatherv:
+        if constexpr (det::has_all_gatherv<A, X>) return all_gatherv();
+        break;
+      case coll::all_to_allv:
+        if constexpr (det::has_all_to_allv<A, X>) return all_to_allv();
+        break;
+      case coll::barrier:
+        if constexpr (det::has_barrier<A, X>) return barrier();
+        break;
+    }
+    return true;
+  }
+
+ private:
+  /// Sizes the input to `len` elements and fills it with this rank's inputs.
+  void fill_in(std::size_t len) {
+    in_.resize(len);
+    for (std::size_t i = 0; i < len; ++i) in_[i] = input<T>(d_, p_, rank_, i);
+  }
+  /// Sizes the output to `len` elements and poisons it, so elements the call leaves show.
+  void fill_out(std::size_t len) {
+    out_.resize(len);
+    for (std::size_t i = 0; i < len; ++i) out_[i] = poison<T>(i);
+  }
+  /// The buffers, as the calls take them.
+  [[nodiscard]] std::span<const T> cin() const { return in_; }
+  [[nodiscard]] std::span<T> sout() { return out_; }
+  /// Waits for an async call.
+  void finish() {
+    if (d_.async) w_.wait();
+  }
+
+  /// True if output element i is the reduction of element `from + i` for every i.
+  [[nodiscard]] bool out_reduced(std::size_t from) const {
+    return same<T>(out_, [&](std::size_t i) { return reduced<T>(d_, p_, from + i); });
+  }
+  /// True if the output is still all poison (a non-root's).
+  [[nodiscard]] bool out_untouched() const {
+    return same<T>(out_, [](std::size_t i) { return poison<T>(i); });
+  }
+  /// True if the output is every rank's n inputs in rank order.
+  [[nodiscard]] bool out_gathered() const {
+    return same<T>(
+        out_, [&](std::size_t i) { return input<T>(d_, p_, static_cast<int>(i / n_), i % n_); });
+  }
+  /// True if element k of output block r (the blocks start at `off`) is want(r, k) for all.
+  [[nodiscard]] bool out_blocks(const std::vector<std::size_t>& off, auto&& want) const {
+    std::size_t r = 0;
+    return same<T>(out_, [&](std::size_t i) {
+      while (i >= off[r + 1]) ++r;
+      return want(r, i - off[r]);
+    });
+  }
+
+  // The collectives, one member each: fill the buffers, make the call, check what it returned.
+  bool all_reduce() {
+    fill_in(n_);
+    fill_out(n_);
+    with_op(d_.op, [&](auto op) {
+      d_.async ? void(w_ = comm_.all_reduce_async(cin(), sout(), op))
+               : comm_.all_reduce(cin(), sout(), op);
+    });
+    finish();
+    return !check_ || out_reduced(0);
+  }
+  bool reduce() {
+    fill_in(n_);
+    fill_out(n_);
+    with_op(d_.op, [&](auto op) {
+      d_.async ? void(w_ = comm_.reduce_async(cin(), sout(), op, d_.root))
+               : comm_.reduce(cin(), sout(), op, d_.root);
+    });
+    finish();
+    if (!check_) return true;
+    return rank_ == d_.root ? out_reduced(0) : out_untouched();
+  }
+  bool broadcast() {
+    fill_in(n_);
+    if (rank_ != d_.root)
+      for (std::size_t i = 0; i < n_; ++i) in_[i] = poison<T>(i);
+    d_.async ? void(w_ = comm_.broadcast_async(std::span<T>(in_), d_.root))
+             : comm_.broadcast(std::span<T>(in_), d_.root);
+    finish();
+    return !check_ || same<T>(cin(), [&](std::size_t i) { return input<T>(d_, p_, d_.root, i); });
+  }
+  bool all_gather() {
+    fill_in(n_);
+    fill_out(up_ * n_);
+    d_.async ? void(w_ = comm_.all_gather_async(cin(), sout())) : comm_.all_gather(cin(), sout());
+    finish();
+    return !check_ || out_gathered();
+  }
+  bool gather() {
+    fill_in(n_);
+    fill_out(up_ * n_);
+    d_.async ? void(w_ = comm_.gather_async(cin(), sout(), d_.root))
+             : comm_.gather(cin(), sout(), d_.root);
+    finish();
+    if (!check_) return true;
+    return rank_ == d_.root ? out_gathered() : out_untouched();
+  }
+  bool scatter() {
+    fill_in(up_ * n_);
+    fill_out(n_);
+    d_.async ? void(w_ = comm_.scatter_async(cin(), sout(), d_.root))
+             : comm_.scatter(cin(), sout(), d_.root);
+    finish();
+    return !check_ ||
+           same<T>(out_, [&](std::size_t i) { return input<T>(d_, p_, d_.root, me_ * n_ + i); });
+  }
+  bool reduce_scatter() {
+    fill_in(up_ * n_);
+    fill_out(n_);
+    with_op(d_.op, [&](auto op) {
+      d_.async ? void(w_ = comm_.reduce_scatter_async(cin(), sout(), op))
+               : comm_.reduce_scatter(cin(), sout(), op);
+    });
+    finish();
+    return !check_ || out_reduced(me_ * n_);
+  }
+  bool all_to_all() {
+    fill_in(up_ * n_);
+    fill_out(up_ * n_);
+    d_.async ? void(w_ = comm_.all_to_all_async(cin(), sout())) : comm_.all_to_all(cin(), sout());
+    finish();
+    return !check_ || same<T>(out_, [&](std::size_t i) {
+      return input<T>(d_, p_, static_cast<int>(i / n_), me_ * n_ + i % n_);
+    });
+  }
+  bool all_gatherv() {
+    const auto off = prefix_offsets(d_.counts);
+    fill_in(d_.counts[me_]);
+    fill_out(off.back());
+    comm_.all_gatherv(cin(), sout(), std::span<const std::size_t>(d_.counts));
+    return !check_ || out_blocks(off, [&](std::size_t r, std::size_t k) {
+      return input<T>(d_, p_, static_cast<int>(r), k);
+    });
+  }
+  bool all_to_allv() {
+    // Element k of the block rank s sends to rank t is input(s, t * stride + k).
+    const std::size_t stride = 64;
+    std::vector<std::size_t> sc(up_), rc(up_);
+    for (std::size_t j = 0; j < up_; ++j) {
+      sc[j] = d_.counts[me_ * up_ + j];
+      rc[j] = d_.counts[j * up_ + me_];
+    }
+    const auto soff = prefix_offsets(sc), roff = prefix_offsets(rc);
+    in_.resize(soff.back());
+    for (std::size_t j = 0; j < up_; ++j)
+      for (std::size_t k = 0; k < sc[j]; ++k)
+        in_[soff[j] + k] = input<T>(d_, p_, rank_, j * stride + k);
+    fill_out(roff.back());
+    const std::span<const std::size_t> scs(sc), rcs(rc);
+    d_.async ? void(w_ = comm_.all_to_allv_async(cin(), scs, sout(), rcs))
+             : comm_.all_to_allv(cin(), scs, sout(), rcs);
+    finish();
+    return !check_ || out_blocks(roff, [&](std::size_t r, std::size_t k) {
+      return input<T>(d_, p_, static_cast<int>(r), me_ * stride + k);
+    });
+  }
+  bool barrier() {
+    d_.async ? void(w_ = comm_.barrier_async()) : comm_.barrier();
+    finish();
+    return true;
+  }
+
+  // The call and where it runs; the world's size and this rank (also as sizes); the count.
+  Comm& comm_;
+  const call_desc& d_;
+  bool check_;
+  tutti::work& w_;
+  int p_, rank_;
+  std::size_t up_, me_, n_;
+  std::vector<T> in_, out_;
+};
+
+/// Runs `d` on `comm` with the element type it names, as typed_call describes; false if the
+/// call returned with a wrong value (checked only when `check`).
 template <class Comm>
 bool run_call(Comm& comm, const call_desc& d, bool check, tutti::work& w) {
   return tutti_harness::with_type<mismatch_types>(
       tutti_harness::type_slot(d.type, drawn_few_types),
-      [&]<class T>() { return run_typed<T>(comm, d, check, w); });
+      [&]<class T>() { return typed_call<T, Comm>(comm, d, check, w).run(); });
 }
 
 // ---- one rank's part of a trial ----------------------------------------------------------
@@ -522,6 +571,82 @@ void await_others(const world_report& rep, const trial_desc& t, clock_type::time
   }
 }
 
+/// Runs the agreed warm-ups of trial `t`; false, with the failure recorded in `me`, where one
+/// raised or returned a wrong value.
+template <class Comm>
+bool run_warm_ups(Comm& comm, const trial_desc& t, rank_report& me, tutti::work& held) {
+  try {
+    for (const auto& w : t.warm)
+      if (!run_call(comm, w, true, held)) {
+        me.warm_failed = 1;
+        copy_text(me.what, sizeof me.what,
+                  append_str("wrong value in warm-up ", w.describe()).c_str());
+        return false;
+      }
+  } catch (const tutti::error& e) {
+    me.warm_failed = 1;
+    me.warm_kind = static_cast<int>(e.kind());
+    copy_text(me.what, sizeof me.what, e.what());
+    return false;
+  } catch (const std::exception& e) {
+    me.warm_failed = 1;
+    copy_text(me.what, sizeof me.what, e.what());
+    return false;
+  }
+  return true;
+}
+
+/// The microseconds since `t0`.
+[[nodiscard]] long long micros_since(clock_type::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(clock_type::now() - t0).count();
+}
+
+/// Makes this rank's part of the mismatched call, `mine`, recording in `me` how it ended: kind
+/// 0 where it returned (and whether a value was wrong), else what it raised.
+template <class Comm>
+void run_mismatched(Comm& comm, const call_desc& mine, rank_report& me, tutti::work& held) {
+  const auto t0 = clock_type::now();
+  try {
+    const bool ok = run_call(comm, mine, true, held);
+    me.micros = micros_since(t0);
+    if (!ok) me.wrong_value = 1;
+    me.kind = 0;
+  } catch (const tutti::error& e) {
+    me.micros = micros_since(t0);
+    me.kind = static_cast<int>(e.kind());
+    me.peer = e.peer();
+    me.err_rank = e.rank();
+    me.err_seq = static_cast<long long>(e.sequence());
+    if (e.collective() != coll_names[static_cast<std::size_t>(mine.c)]) me.wrong_name = 1;
+    copy_text(me.what, sizeof me.what, e.what());
+  } catch (const std::exception& e) {
+    me.kind = other_exception;
+    copy_text(me.what, sizeof me.what, e.what());
+  }
+}
+
+/// Makes trial `t`'s agreed follow-ups from index `first` on until one raises, recording in `me`
+/// which one raised (1-based) and what; follow_at stays 0 where none did.
+template <class Comm>
+void run_follow_ups(Comm& comm, const trial_desc& t, std::size_t first, rank_report& me,
+                    tutti::work& held) {
+  for (std::size_t k = first; k < t.follow.size(); ++k) {
+    try {
+      if (!run_call(comm, t.follow[k], true, held)) me.wrong_value = 1;
+      me.follow_kind = 0;
+      continue;
+    } catch (const tutti::error& e) {
+      me.follow_kind = static_cast<int>(e.kind());
+      copy_text(me.what, sizeof me.what, e.what());
+    } catch (const std::exception& e) {
+      me.follow_kind = other_exception;
+      copy_text(me.what, sizeof me.what, e.what());
+    }
+    me.follow_at = static_cast<int>(k) + 1;
+    break;
+  }
+}
+
 /// Runs rank `comm.rank()`'s part of trial `t`, recording what happened in `rep`.
 template <class Comm>
 void rank_body(Comm& comm, const trial_desc& t, world_report& rep, const settings& s,
@@ -529,24 +654,7 @@ void rank_body(Comm& comm, const trial_desc& t, world_report& rep, const setting
   const int r = comm.rank();
   rank_report& me = rep.r[r];
   tutti::work held;  // the last async call's handle, kept while its error is read
-  try {
-    for (const auto& w : t.warm)
-      if (!run_call(comm, w, true, held)) {
-        me.warm_failed = 1;
-        copy_text(me.what, sizeof me.what,
-                  append_str("wrong value in warm-up ", w.describe()).c_str());
-        me.stage = 3;
-        return;
-      }
-  } catch (const tutti::error& e) {
-    me.warm_failed = 1;
-    me.warm_kind = static_cast<int>(e.kind());
-    copy_text(me.what, sizeof me.what, e.what());
-    me.stage = 3;
-    return;
-  } catch (const std::exception& e) {
-    me.warm_failed = 1;
-    copy_text(me.what, sizeof me.what, e.what());
+  if (!run_warm_ups(comm, t, me, held)) {
     me.stage = 3;
     return;
   }
@@ -560,45 +668,11 @@ void rank_body(Comm& comm, const trial_desc& t, world_report& rep, const setting
     return;  // exit: the caller closes the communicator / returns from the thread
   }
   const call_desc& mine = !dev ? t.base : (t.f == field::missing ? t.follow[0] : t.deviant);
-  const auto t0 = clock_type::now();
-  try {
-    const bool ok = run_call(comm, mine, true, held);
-    me.micros =
-        std::chrono::duration_cast<std::chrono::microseconds>(clock_type::now() - t0).count();
-    if (!ok) me.wrong_value = 1;
-    me.kind = 0;
-  } catch (const tutti::error& e) {
-    me.micros =
-        std::chrono::duration_cast<std::chrono::microseconds>(clock_type::now() - t0).count();
-    me.kind = static_cast<int>(e.kind());
-    me.peer = e.peer();
-    me.err_rank = e.rank();
-    me.err_seq = static_cast<long long>(e.sequence());
-    if (e.collective() != coll_names[static_cast<std::size_t>(mine.c)]) me.wrong_name = 1;
-    copy_text(me.what, sizeof me.what, e.what());
-  } catch (const std::exception& e) {
-    me.kind = other_exception;
-    copy_text(me.what, sizeof me.what, e.what());
-  }
+  run_mismatched(comm, mine, me, held);
   me.stage = 2;
   // The agreed follow-ups, made by every rank whose call returned until one raises (a deviant
   // that skipped ahead made the first already).
-  if (me.kind.load() == 0)
-    for (std::size_t k = dev && t.f == field::missing ? 1 : 0; k < t.follow.size(); ++k) {
-      try {
-        if (!run_call(comm, t.follow[k], true, held)) me.wrong_value = 1;
-        me.follow_kind = 0;
-        continue;
-      } catch (const tutti::error& e) {
-        me.follow_kind = static_cast<int>(e.kind());
-        copy_text(me.what, sizeof me.what, e.what());
-      } catch (const std::exception& e) {
-        me.follow_kind = other_exception;
-        copy_text(me.what, sizeof me.what, e.what());
-      }
-      me.follow_at = static_cast<int>(k) + 1;
-      break;
-    }
+  if (me.kind.load() == 0) run_follow_ups(comm, t, dev && t.f == field::missing ? 1 : 0, me, held);
   me.stage = 3;
 }
 
@@ -693,13 +767,31 @@ struct world_result {
   std::string crash_what;
 };
 
-/// Forks the world of trial `t` (one process for inproc, one per rank otherwise), waits for it
-/// until the hard deadline and kills whatever still runs then. Leaves nothing behind.
-world_result run_world(const trial_desc& t, world_report& rep, const settings& s) {
+/// A forked process's part of the world of trial `t`: every rank for inproc, rank `r`
+/// otherwise. Exits the process when done.
+[[noreturn]] void world_process(const trial_desc& t, world_report& rep, const settings& s,
+                                const std::string& url, int r, clock_type::time_point start) {
+  with_policy(t.policy, [&]<class A>() {
+    if (t.transport == 0) {
+      if constexpr (capabilities<A, tutti::inproc>() != 0) inproc_world<A>(t, rep, s, start);
+    } else if (t.transport == 1) {
+      if constexpr (capabilities<A, tutti::shm>() != 0)
+        process_rank<tutti::shm, A>(t, rep, s, url, r, start);
+    } else {
+#ifdef TUTTI_HAVE_GLOO
+      if constexpr (capabilities<A, tutti::gloo>() != 0)
+        process_rank<tutti::gloo, A>(t, rep, s, url, r, start);
+#endif
+    }
+  });
   std::fflush(nullptr);
-  const auto start = clock_type::now();
-  tutti_harness::temp_dir dir("tutti-mismatch");
-  const std::string url = dir.url();
+  _exit(0);
+}
+
+/// Forks the processes of trial `t`'s world (one for inproc, one per rank otherwise) and
+/// returns their ids. Where a fork fails, it kills and reaps those forked and exits with 2.
+std::vector<pid_t> fork_world(const trial_desc& t, world_report& rep, const settings& s,
+                              const std::string& url, clock_type::time_point start) {
   std::vector<pid_t> pids;
   const int procs = t.transport == 0 ? 1 : t.p;
   for (int r = 0; r < procs; ++r) {
@@ -710,29 +802,18 @@ world_result run_world(const trial_desc& t, world_report& rep, const settings& s
       for (pid_t q : pids) waitpid(q, nullptr, 0);
       std::exit(2);
     }
-    if (pid == 0) {
-      with_policy(t.policy, [&]<class A>() {
-        if (t.transport == 0) {
-          if constexpr (capabilities<A, tutti::inproc>() != 0) inproc_world<A>(t, rep, s, start);
-        } else if (t.transport == 1) {
-          if constexpr (capabilities<A, tutti::shm>() != 0)
-            process_rank<tutti::shm, A>(t, rep, s, url, r, start);
-        } else {
-#ifdef TUTTI_HAVE_GLOO
-          if constexpr (capabilities<A, tutti::gloo>() != 0)
-            process_rank<tutti::gloo, A>(t, rep, s, url, r, start);
-#endif
-        }
-      });
-      std::fflush(nullptr);
-      _exit(0);
-    }
+    if (pid == 0) world_process(t, rep, s, url, r, start);
     pids.push_back(pid);
   }
-  world_result res;
+  return pids;
+}
+
+/// Waits for every process in `pids` and returns their wait statuses (in `pids`' order); past
+/// `deadline` it kills those still running and sets `res.hang`.
+std::vector<int> reap_world(const std::vector<pid_t>& pids, clock_type::time_point deadline,
+                            world_result& res) {
   std::vector<int> status(pids.size(), -1);
   std::size_t left = pids.size();
-  const auto deadline = start + s.hard;
   while (left > 0) {
     for (std::size_t i = 0; i < pids.size(); ++i) {
       if (status[i] != -1) continue;
@@ -750,7 +831,12 @@ world_result run_world(const trial_desc& t, world_report& rep, const settings& s
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  for (std::size_t i = 0; i < pids.size(); ++i) {
+  return status;
+}
+
+/// Records in `res` each process whose wait status is not a clean exit (none where it hung).
+void note_crashes(const std::vector<int>& status, world_result& res) {
+  for (std::size_t i = 0; i < status.size(); ++i) {
     const int st = status[i];
     if (!res.hang && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
       res.crash = true;
@@ -759,6 +845,19 @@ world_result run_world(const trial_desc& t, world_report& rep, const settings& s
              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), "; ");
     }
   }
+}
+
+/// Forks the world of trial `t` (one process for inproc, one per rank otherwise), waits for it
+/// until the hard deadline and kills whatever still runs then. Leaves nothing behind.
+world_result run_world(const trial_desc& t, world_report& rep, const settings& s) {
+  std::fflush(nullptr);
+  const auto start = clock_type::now();
+  tutti_harness::temp_dir dir("tutti-mismatch");
+  const std::string url = dir.url();
+  const std::vector<pid_t> pids = fork_world(t, rep, s, url, start);
+  world_result res;
+  const std::vector<int> status = reap_world(pids, start + s.hard, res);
+  note_crashes(status, res);
   if (rep.segment[0] != '\0') ::shm_unlink(rep.segment);  // normally gone already
   return res;
 }
@@ -1180,70 +1279,98 @@ std::vector<int> parse_np(const std::string& v) {
   return out;
 }
 
+/// Sets the flag option `a` in `cfg`; false if `a` is not a flag.
+bool parse_flag(std::string_view a, config& cfg) {
+  if (a == "--expect-silent-control") {  // self-test: controls must raise, so they fail
+    cfg.expect_silent_control = true;
+    return true;
+  }
+  if (a == "--strict") {
+    cfg.strict = true;
+    return true;
+  }
+  if (a == "--verbose") {
+    cfg.verbose = true;
+    return true;
+  }
+  return false;
+}
+
+/// The index among the first `n` of `names` of the one that is `v`, as a one-element list;
+/// exits with "unknown <what> <v>" where none is.
+template <std::size_t N>
+std::vector<int> parse_name(const std::string& v, const std::array<const char*, N>& names, int n,
+                            const char* what) {
+  std::vector<int> out;
+  for (int k = 0; k < n; ++k)
+    if (v == names[static_cast<std::size_t>(k)]) out.push_back(k);
+  if (out.empty()) usage(append_str("unknown ", what, " ", v).c_str());
+  return out;
+}
+
+/// Sets the numeric option `a` to `x` in `cfg`; exits where `a` is no option.
+void parse_number(std::string_view a, unsigned long long x, config& cfg) {
+  if (a == "--trials") {
+    cfg.trials = static_cast<long>(x);
+  } else if (a == "--seed") {
+    cfg.seed = x;
+  } else if (a == "--timeout-ms") {
+    if (x < 50 || x > 600000) usage("--timeout-ms must be 50..600000");
+    cfg.timeout = std::chrono::milliseconds(static_cast<long long>(x));
+  } else if (a == "--only") {
+    cfg.only = static_cast<long>(x);
+  } else {
+    usage(append_str("unknown option ", a).c_str());
+  }
+}
+
+/// Sets option `a` to value `v` in `cfg` (--transport's in `transport`, checked later); exits
+/// where `a` is no option or `v` does not fit it. Any option not named here takes a number.
+void parse_value(std::string_view a, const std::string& v, config& cfg, std::string& transport) {
+  if (a == "--transport") {
+    transport = v;
+  } else if (a == "--np") {
+    cfg.nps = parse_np(v);
+  } else if (a == "--field") {
+    if (v != "all") cfg.fields = parse_name(v, field_names, n_fields - 1, "field");
+  } else if (a == "--policy") {
+    if (v != "all") cfg.policies = parse_name(v, policy_names, n_policies, "policy");
+  } else if (a == "--json") {
+    cfg.json = v;
+  } else {
+    char* end = nullptr;
+    const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+    if (end == v.c_str() || *end != '\0') usage(append_str("not a number: ", v).c_str());
+    parse_number(a, x, cfg);
+  }
+}
+
+/// The transports that --transport's value names ("all": every one built); exits where it
+/// names none, or Gloo in a build without it.
+std::vector<int> parse_transports(const std::string& transport) {
+  std::vector<int> out;
+  for (int k = 0; k < 3; ++k)
+    if (transport == "all" || transport == transport_names[static_cast<std::size_t>(k)])
+      out.push_back(k);
+  if (out.empty()) usage(append_str("unknown transport ", transport).c_str());
+#ifndef TUTTI_HAVE_GLOO
+  if (transport == "gloo") usage("built without Gloo (configure with -DTUTTI_WITH_GLOO=ON)");
+  std::erase(out, 2);
+#endif
+  return out;
+}
+
 config parse(int argc, char** argv) {
   config cfg;
   std::string transport = "all";
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     if (a == "--help" || a == "-h") usage(nullptr);
-    if (a == "--expect-silent-control") {  // self-test: controls must raise, so they fail
-      cfg.expect_silent_control = true;
-      continue;
-    }
-    if (a == "--strict") {
-      cfg.strict = true;
-      continue;
-    }
-    if (a == "--verbose") {
-      cfg.verbose = true;
-      continue;
-    }
+    if (parse_flag(a, cfg)) continue;
     if (i + 1 >= argc) usage(append_str("missing value after ", a).c_str());
-    const std::string v = argv[++i];
-    char* end = nullptr;
-    const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
-    const bool number = end != v.c_str() && *end == '\0';
-    if (a == "--transport") {
-      transport = v;
-    } else if (a == "--np") {
-      cfg.nps = parse_np(v);
-    } else if (a == "--field") {
-      if (v == "all") continue;
-      cfg.fields.clear();
-      for (int f = 0; f < n_fields - 1; ++f)
-        if (v == field_names[static_cast<std::size_t>(f)]) cfg.fields.push_back(f);
-      if (cfg.fields.empty()) usage(append_str("unknown field ", v).c_str());
-    } else if (a == "--policy") {
-      if (v == "all") continue;
-      cfg.policies.clear();
-      for (int k = 0; k < n_policies; ++k)
-        if (v == policy_names[static_cast<std::size_t>(k)]) cfg.policies.push_back(k);
-      if (cfg.policies.empty()) usage(append_str("unknown policy ", v).c_str());
-    } else if (a == "--json") {
-      cfg.json = v;
-    } else if (!number) {
-      usage(append_str("not a number: ", v).c_str());
-    } else if (a == "--trials") {
-      cfg.trials = static_cast<long>(x);
-    } else if (a == "--seed") {
-      cfg.seed = x;
-    } else if (a == "--timeout-ms") {
-      if (x < 50 || x > 600000) usage("--timeout-ms must be 50..600000");
-      cfg.timeout = std::chrono::milliseconds(static_cast<long long>(x));
-    } else if (a == "--only") {
-      cfg.only = static_cast<long>(x);
-    } else {
-      usage(append_str("unknown option ", a).c_str());
-    }
+    parse_value(a, argv[++i], cfg, transport);
   }
-  for (int k = 0; k < 3; ++k)
-    if (transport == "all" || transport == transport_names[static_cast<std::size_t>(k)])
-      cfg.transports.push_back(k);
-  if (cfg.transports.empty()) usage(append_str("unknown transport ", transport).c_str());
-#ifndef TUTTI_HAVE_GLOO
-  if (transport == "gloo") usage("built without Gloo (configure with -DTUTTI_WITH_GLOO=ON)");
-  std::erase(cfg.transports, 2);
-#endif
+  cfg.transports = parse_transports(transport);
   return cfg;
 }
 
@@ -1262,6 +1389,126 @@ std::string repro(const config& cfg, const trial_desc& t) {
   return s;
 }
 
+/// The tallies of every cell: tallies[transport][field].
+using tally_table = std::array<std::array<tally, n_fields>, 3>;
+
+/// Runs trial `i` for transport `x`, its ranks reporting in `mem` (mapped shared, so that the
+/// forked world's reports reach this process); tallies and judges it, and prints it where it
+/// failed (or, under --verbose, has a note). True if it failed.
+bool run_trial(const config& cfg, const settings& s, int x, long i, void* mem,
+               tally_table& tallies) {
+  const trial_desc t = draw_trial(cfg, x, i);
+  auto* rep = new (mem) world_report;
+  if (cfg.verbose) std::printf("%s\n", t.describe().c_str());
+  const world_result res = run_world(t, *rep, s);
+  tally& ty = tallies[static_cast<std::size_t>(x)][static_cast<std::size_t>(t.f)];
+  const verdict v = judge(t, *rep, res, ty, cfg.strict);
+  const bool failed = v.silent || v.hang || v.broken || v.bad_peer;
+  if (failed || (cfg.verbose && !v.why.empty())) {
+    std::printf("%s %s\n  %s\n  reproduce: %s\n", failed ? "FAILED" : "note:", t.describe().c_str(),
+                v.why.c_str(), repro(cfg, t).c_str());
+    std::fflush(stdout);
+  }
+  rep->~world_report();
+  return failed;
+}
+
+/// Runs the trials `cfg` asks for (all, or --only's) on each of its transports; the number of
+/// trials that failed.
+long run_trials(const config& cfg, const settings& s, void* mem, tally_table& tallies) {
+  long failures = 0;
+  for (int x : cfg.transports) {
+    const long first = cfg.only >= 0 ? cfg.only : 0;
+    const long last = cfg.only >= 0 ? cfg.only + 1 : cfg.trials;
+    for (long i = first; i < last; ++i)
+      if (run_trial(cfg, s, x, i, mem, tallies)) ++failures;
+  }
+  return failures;
+}
+
+/// How many ranks raised `e` in the mismatched call.
+[[nodiscard]] long raised_with(const tally& ty, tutti::errc e) {
+  return ty.by_code[static_cast<std::size_t>(e)];
+}
+
+/// The longest time from entering the mismatched call to raising, in milliseconds.
+[[nodiscard]] double max_ms(const tally& ty) { return static_cast<double>(ty.max_micros) / 1000.0; }
+
+/// Prints the table's row for transport `xn` and field `fn`.
+void print_row(const char* xn, const char* fn, const tally& ty) {
+  std::printf(
+      "%-7s %-10s %6ld %4ld %6ld %5ld %8ld %7ld %9ld %7ld %5ld %6d %8.1f %6ld %4ld %7ld "
+      "%6ld\n",
+      xn, fn, ty.trials, ty.slow, ty.raised_all, ty.early, raised_with(ty, tutti::errc::mismatch),
+      raised_with(ty, tutti::errc::timeout), raised_with(ty, tutti::errc::peer_lost),
+      raised_with(ty, tutti::errc::aborted), ty.late, ty.max_late, max_ms(ty), ty.silent, ty.hang,
+      ty.bad_peer, ty.broken);
+}
+
+/// Appends the JSON record of the row for transport `xn` and field `fn` to `json` (after a
+/// comma unless it is the first).
+void append_json_row(std::string& json, bool first, const char* xn, const char* fn,
+                     const tally& ty) {
+  append(json, first ? "" : ", ", "{\"transport\": \"", xn, "\", \"field\": \"", fn,
+         "\", \"trials\": ", ty.trials, ", \"slow\": ", ty.slow,
+         ", \"raised_everywhere\": ", ty.raised_all, ", \"early\": ", ty.early,
+         ", \"mismatch\": ", raised_with(ty, tutti::errc::mismatch),
+         ", \"timeout\": ", raised_with(ty, tutti::errc::timeout),
+         ", \"peer_lost\": ", raised_with(ty, tutti::errc::peer_lost),
+         ", \"aborted\": ", raised_with(ty, tutti::errc::aborted), ", \"late\": ", ty.late,
+         ", \"late_calls_max\": ", ty.max_late, ", \"max_ms\": ", max_ms(ty),
+         ", \"silent\": ", ty.silent, ", \"hang\": ", ty.hang, ", \"bad_peer\": ", ty.bad_peer,
+         ", \"broken\": ", ty.broken, "}");
+}
+
+/// The failed trials of each kind, summed over the table's rows.
+struct failed_counts {
+  long silent = 0, hang = 0, broken = 0, bad_peer = 0;
+};
+
+/// Prints the table (a row per transport and field that ran trials) and writes the same rows
+/// as JSON into `json`; returns the failed trials summed over the rows.
+failed_counts print_table(const config& cfg, const tally_table& tallies, long failures,
+                          std::string& json) {
+  std::printf("\n%-7s %-10s %6s %4s %6s %5s %8s %7s %9s %7s %5s %6s %8s %6s %4s %7s %6s\n",
+              "transp", "field", "trials", "slow", "raised", "early", "mismatch", "timeout",
+              "peer_lost", "aborted", "late", "+calls", "max_ms", "SILENT", "HANG", "BADPEER",
+              "BROKEN");
+  failed_counts sum;
+  append(json, "{\"seed\": ", cfg.seed, ", \"timeout_ms\": ", cfg.timeout.count(), ", \"rows\": [");
+  bool first_row = true;
+  for (int x : cfg.transports)
+    for (int f = 0; f < n_fields; ++f) {
+      const tally& ty = tallies[static_cast<std::size_t>(x)][static_cast<std::size_t>(f)];
+      if (ty.trials == 0) continue;
+      const char* xn = transport_names[static_cast<std::size_t>(x)];
+      const char* fn = field_names[static_cast<std::size_t>(f)];
+      print_row(xn, fn, ty);
+      sum.silent += ty.silent;
+      sum.hang += ty.hang;
+      sum.broken += ty.broken;
+      sum.bad_peer += ty.bad_peer;
+      append_json_row(json, first_row, xn, fn, ty);
+      first_row = false;
+    }
+  append(json, "], \"failures\": ", failures, "}\n");
+  return sum;
+}
+
+/// Prints what the table's columns mean.
+void print_legend() {
+  std::printf(
+      "raised: trials where every rank that made the mismatched call raised in it (or, early,\n"
+      "in the last agreed call, aborted by a rank already in the mismatched one); late: trials\n"
+      "where a rank returned from it with right values and raised only at a later call (+calls:\n"
+      "how many later, at most); mismatch..aborted: ranks raising each code in the mismatched\n"
+      "call; max_ms: the longest time from entering it to raising. Control rows: no deviation;\n"
+      "a control that raises or returns a wrong value counts as BROKEN. BADPEER: an error\n"
+      "named the raising rank itself as the peer, or a mismatch named a rank whose call\n"
+      "is the same as the raising rank's.\n"
+      "slow: trials not judged because an agreed warm-up timed out (raise --timeout-ms).\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -1276,94 +1523,25 @@ int main(int argc, char** argv) {
     std::perror("tutti-mismatch: mmap");
     return 2;
   }
-
-  // tallies[transport][field]
-  std::array<std::array<tally, n_fields>, 3> tallies{};
-  long failures = 0;
+  tally_table tallies{};
   const auto t_start = clock_type::now();
-  for (int x : cfg.transports) {
-    const long first = cfg.only >= 0 ? cfg.only : 0;
-    const long last = cfg.only >= 0 ? cfg.only + 1 : cfg.trials;
-    for (long i = first; i < last; ++i) {
-      const trial_desc t = draw_trial(cfg, x, i);
-      auto* rep = new (mem) world_report;
-      if (cfg.verbose) std::printf("%s\n", t.describe().c_str());
-      const world_result res = run_world(t, *rep, s);
-      tally& ty = tallies[static_cast<std::size_t>(x)][static_cast<std::size_t>(t.f)];
-      const verdict v = judge(t, *rep, res, ty, cfg.strict);
-      const bool failed = v.silent || v.hang || v.broken || v.bad_peer;
-      if (failed || (cfg.verbose && !v.why.empty())) {
-        std::printf("%s %s\n  %s\n  reproduce: %s\n",
-                    failed ? "FAILED" : "note:", t.describe().c_str(), v.why.c_str(),
-                    repro(cfg, t).c_str());
-        std::fflush(stdout);
-      }
-      if (failed) ++failures;
-      rep->~world_report();
-    }
-  }
+  const long failures = run_trials(cfg, s, mem, tallies);
   munmap(mem, sizeof(world_report));
   const double secs = std::chrono::duration<double>(clock_type::now() - t_start).count();
 
-  std::printf("\n%-7s %-10s %6s %4s %6s %5s %8s %7s %9s %7s %5s %6s %8s %6s %4s %7s %6s\n",
-              "transp", "field", "trials", "slow", "raised", "early", "mismatch", "timeout",
-              "peer_lost", "aborted", "late", "+calls", "max_ms", "SILENT", "HANG", "BADPEER",
-              "BROKEN");
-  long silent = 0, hang = 0, broken = 0, bad_peer = 0;
   std::string json;
-  append(json, "{\"seed\": ", cfg.seed, ", \"timeout_ms\": ", cfg.timeout.count(), ", \"rows\": [");
-  bool first_row = true;
-  for (int x : cfg.transports)
-    for (int f = 0; f < n_fields; ++f) {
-      const tally& ty = tallies[static_cast<std::size_t>(x)][static_cast<std::size_t>(f)];
-      if (ty.trials == 0) continue;
-      const auto code = [&](tutti::errc e) { return ty.by_code[static_cast<std::size_t>(e)]; };
-      const char* xn = transport_names[static_cast<std::size_t>(x)];
-      const char* fn = field_names[static_cast<std::size_t>(f)];
-      const double ms = static_cast<double>(ty.max_micros) / 1000.0;
-      std::printf(
-          "%-7s %-10s %6ld %4ld %6ld %5ld %8ld %7ld %9ld %7ld %5ld %6d %8.1f %6ld %4ld %7ld "
-          "%6ld\n",
-          xn, fn, ty.trials, ty.slow, ty.raised_all, ty.early, code(tutti::errc::mismatch),
-          code(tutti::errc::timeout), code(tutti::errc::peer_lost), code(tutti::errc::aborted),
-          ty.late, ty.max_late, ms, ty.silent, ty.hang, ty.bad_peer, ty.broken);
-      silent += ty.silent;
-      hang += ty.hang;
-      broken += ty.broken;
-      bad_peer += ty.bad_peer;
-      append(json, first_row ? "" : ", ", "{\"transport\": \"", xn, "\", \"field\": \"", fn,
-             "\", \"trials\": ", ty.trials, ", \"slow\": ", ty.slow,
-             ", \"raised_everywhere\": ", ty.raised_all, ", \"early\": ", ty.early,
-             ", \"mismatch\": ", code(tutti::errc::mismatch),
-             ", \"timeout\": ", code(tutti::errc::timeout),
-             ", \"peer_lost\": ", code(tutti::errc::peer_lost),
-             ", \"aborted\": ", code(tutti::errc::aborted), ", \"late\": ", ty.late,
-             ", \"late_calls_max\": ", ty.max_late, ", \"max_ms\": ", ms,
-             ", \"silent\": ", ty.silent, ", \"hang\": ", ty.hang, ", \"bad_peer\": ", ty.bad_peer,
-             ", \"broken\": ", ty.broken, "}");
-      first_row = false;
-    }
-  append(json, "], \"failures\": ", failures, "}\n");
+  const failed_counts sum = print_table(cfg, tallies, failures, json);
   if (!cfg.json.empty()) {
     std::ofstream out(cfg.json);
     out << json;
   }
-  std::printf(
-      "raised: trials where every rank that made the mismatched call raised in it (or, early,\n"
-      "in the last agreed call, aborted by a rank already in the mismatched one); late: trials\n"
-      "where a rank returned from it with right values and raised only at a later call (+calls:\n"
-      "how many later, at most); mismatch..aborted: ranks raising each code in the mismatched\n"
-      "call; max_ms: the longest time from entering it to raising. Control rows: no deviation;\n"
-      "a control that raises or returns a wrong value counts as BROKEN. BADPEER: an error\n"
-      "named the raising rank itself as the peer, or a mismatch named a rank whose call\n"
-      "is the same as the raising rank's.\n"
-      "slow: trials not judged because an agreed warm-up timed out (raise --timeout-ms).\n");
+  print_legend();
   std::printf("%.1f s\n", secs);
   if (failures == 0) {
     std::printf("tutti-mismatch: OK\n");
     return 0;
   }
   std::printf("tutti-mismatch: FAILED (%ld SILENT, %ld HANG, %ld BADPEER, %ld BROKEN trials)\n",
-              silent, hang, bad_peer, broken);
+              sum.silent, sum.hang, sum.bad_peer, sum.broken);
   return 1;
 }
