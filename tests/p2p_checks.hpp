@@ -1,7 +1,7 @@
 #pragma once
-// Checks for non-blocking point-to-point (communicator::isend, irecv, batch) and payloads of
-// a size only the sender knows (broadcast_object, all_gather_object, gather_object), shared by
-// test_p2p.cpp (inproc, shm) and test_gloo_p2p.cpp. Every payload is a function of (sender,
+// Checks for non-blocking point-to-point (communicator::isend, irecv, batch) and, through
+// object_checks.hpp, payloads of a size only the sender knows, shared by test_p2p.cpp (inproc,
+// shm) and test_gloo_p2p.cpp. Every payload is a function of (sender,
 // receiver, tag, index), so a message that lands in the wrong buffer, out of order or short
 // gives wrong numbers. Each check returns "" or what went wrong on this rank.
 
@@ -25,6 +25,7 @@
 #include <tutti/work.hpp>
 
 #include "fork_ranks.hpp"
+#include "object_checks.hpp"
 
 namespace p2p_checks {
 
@@ -219,6 +220,70 @@ std::string large_single_copies(Comm& comm) {
   return {};
 }
 
+/// One rank's buffers of an all-to-all with a tag: the payload for each peer, and a receive
+/// buffer of the size each peer sends (`size_of(from, to)`), poisoned.
+struct exchange {
+  std::vector<std::vector<std::int64_t>> out, in;
+
+  template <class SizeOf>
+  exchange(int p, int r, std::uint64_t tag, SizeOf&& size_of)
+      : out(static_cast<std::size_t>(p)), in(static_cast<std::size_t>(p)) {
+    for (int q = 0; q < p; ++q) {
+      if (q == r) continue;
+      out[static_cast<std::size_t>(q)] = payload(r, q, tag, size_of(r, q));
+      in[static_cast<std::size_t>(q)].assign(size_of(q, r), -1);
+    }
+  }
+};
+
+/// The exchange as one batch: even ranks post to their peers upwards, odd ones downwards, and
+/// receives and sends interleave differently from peer to peer.
+template <class Comm>
+std::string exchange_in_batch(Comm& comm, exchange& x, std::uint64_t tag) {
+  const int p = comm.size(), r = comm.rank();
+  auto b = comm.batch();
+  for (int k = 1; k < p; ++k) {
+    const int q = (r + k * (r % 2 == 0 ? 1 : p - 1)) % p;  // even ranks up, odd down
+    const auto qi = static_cast<std::size_t>(q);
+    if ((k + r) % 2 == 0) {
+      b.recv(std::span<std::int64_t>(x.in[qi]), q, tag);
+      b.send(std::span<const std::int64_t>(x.out[qi]), q, tag);
+    } else {
+      b.send(std::span<const std::int64_t>(x.out[qi]), q, tag);
+      b.recv(std::span<std::int64_t>(x.in[qi]), q, tag);
+    }
+  }
+  if (b.size() != 2 * static_cast<std::size_t>(p - 1)) return "batch size";
+  b.run();
+  return {};
+}
+
+/// The exchange as separate isend/irecv: the first half of them polled with done(), the rest
+/// waited with wait_for.
+template <class Comm>
+std::string exchange_one_by_one(Comm& comm, exchange& x, std::uint64_t tag) {
+  const int p = comm.size(), r = comm.rank();
+  std::vector<tutti::work> ws;
+  for (int k = p - 1; k >= 1; --k) {
+    const int q = (r + k) % p;
+    const auto qi = static_cast<std::size_t>(q);
+    ws.push_back(comm.isend(std::span<const std::int64_t>(x.out[qi]), q, tag));
+    ws.push_back(comm.irecv(std::span<std::int64_t>(x.in[qi]), q, tag));
+  }
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (std::size_t i = 0; i < ws.size(); ++i) {
+    if (i < ws.size() / 2) {
+      while (!ws[i].done())
+        if (std::chrono::steady_clock::now() > give_up) return "done() never became true";
+      ws[i].wait();  // rethrows a failure
+    } else {
+      while (!ws[i].wait_for(std::chrono::milliseconds(1)))
+        if (std::chrono::steady_clock::now() > give_up) return "wait_for never returned true";
+    }
+  }
+  return {};
+}
+
 /// An all-to-all as one batch per rank: every rank sends to and receives from every other,
 /// each rank posting its messages in its own order (rotated, receives and sends interleaved
 /// differently), sizes from 0 to large. Then the same as separate isend/irecv, polled with
@@ -233,52 +298,14 @@ std::string batch_all_to_all(Comm& comm, std::size_t large) {
   };
   for (int round = 0; round < 2; ++round) {
     const std::uint64_t tag = 20 + static_cast<std::uint64_t>(round);
-    std::vector<std::vector<std::int64_t>> out(static_cast<std::size_t>(p));
-    std::vector<std::vector<std::int64_t>> in(static_cast<std::size_t>(p));
+    exchange x(p, r, tag, size_of);
+    if (std::string bad =
+            round == 0 ? exchange_in_batch(comm, x, tag) : exchange_one_by_one(comm, x, tag);
+        !bad.empty())
+      return bad;
     for (int q = 0; q < p; ++q) {
       if (q == r) continue;
-      out[static_cast<std::size_t>(q)] = payload(r, q, tag, size_of(r, q));
-      in[static_cast<std::size_t>(q)].assign(size_of(q, r), -1);
-    }
-    if (round == 0) {
-      auto b = comm.batch();
-      for (int k = 1; k < p; ++k) {
-        const int q = (r + k * (r % 2 == 0 ? 1 : p - 1)) % p;  // even ranks up, odd down
-        const auto qi = static_cast<std::size_t>(q);
-        if ((k + r) % 2 == 0) {
-          b.recv(std::span<std::int64_t>(in[qi]), q, tag);
-          b.send(std::span<const std::int64_t>(out[qi]), q, tag);
-        } else {
-          b.send(std::span<const std::int64_t>(out[qi]), q, tag);
-          b.recv(std::span<std::int64_t>(in[qi]), q, tag);
-        }
-      }
-      if (b.size() != 2 * static_cast<std::size_t>(p - 1)) return "batch size";
-      b.run();
-    } else {
-      std::vector<tutti::work> ws;
-      for (int k = p - 1; k >= 1; --k) {
-        const int q = (r + k) % p;
-        const auto qi = static_cast<std::size_t>(q);
-        ws.push_back(comm.isend(std::span<const std::int64_t>(out[qi]), q, tag));
-        ws.push_back(comm.irecv(std::span<std::int64_t>(in[qi]), q, tag));
-      }
-      // Poll the first half, wait_for the rest.
-      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      for (std::size_t i = 0; i < ws.size(); ++i) {
-        if (i < ws.size() / 2) {
-          while (!ws[i].done())
-            if (std::chrono::steady_clock::now() > give_up) return "done() never became true";
-          ws[i].wait();  // rethrows a failure
-        } else {
-          while (!ws[i].wait_for(std::chrono::milliseconds(1)))
-            if (std::chrono::steady_clock::now() > give_up) return "wait_for never returned true";
-        }
-      }
-    }
-    for (int q = 0; q < p; ++q) {
-      if (q == r) continue;
-      if (auto bad = compare(in[static_cast<std::size_t>(q)], q, r, tag, "all-to-all");
+      if (auto bad = compare(x.in[static_cast<std::size_t>(q)], q, r, tag, "all-to-all");
           !bad.empty())
         return bad + (round == 0 ? " (batch)" : " (isend/irecv)");
     }
@@ -331,60 +358,6 @@ std::string bad_arguments(Comm& comm) {
     }
   }
   if (!comm.batch().start().done()) return "an empty batch is not done";
-  return {};
-}
-
-/// The byte of a payload string at `i` that rank `r` made.
-inline char text_byte(int r, std::size_t i) {
-  return static_cast<char>('a' + (static_cast<std::size_t>(r) * 7 + i * 13 + i / 251) % 26);
-}
-
-/// broadcast_object, all_gather_object and gather_object: a 10 MB string from the last rank
-/// to ranks holding other strings, an empty one, vectors of doubles and of ints whose sizes
-/// differ per rank (rank 0's empty), strings gathered to rank 0.
-template <class Comm>
-std::string objects(Comm& comm) {
-  const int p = comm.size();
-  const int r = comm.rank();
-  const int last = p - 1;
-  const std::size_t big = 10'000'000;
-  std::string s =
-      r == last ? std::string(big, ' ') : std::string(static_cast<std::size_t>(r) * 3, 'x');
-  if (r == last)
-    for (std::size_t i = 0; i < big; ++i) s[i] = text_byte(last, i);
-  comm.broadcast_object(s, last);
-  if (s.size() != big) return "broadcast_object: " + std::to_string(s.size()) + " bytes";
-  for (std::size_t i = 0; i < big; ++i)
-    if (s[i] != text_byte(last, i)) return "broadcast_object: byte " + std::to_string(i);
-  std::string empty = r == 0 ? "" : "not empty";
-  comm.broadcast_object(empty, 0);
-  if (!empty.empty()) return "broadcast_object of an empty string";
-  std::vector<double> d;
-  if (r == 0) d = {0.5, -1.25, 3e300};
-  comm.broadcast_object(d, 0);
-  if (d != std::vector<double>{0.5, -1.25, 3e300}) return "broadcast_object of doubles";
-
-  std::vector<std::int32_t> mine(static_cast<std::size_t>(r) * 37);
-  for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = r * 100'000 + static_cast<int>(i);
-  const auto all = comm.all_gather_object(mine);
-  if (all.size() != static_cast<std::size_t>(p)) return "all_gather_object: size";
-  for (int q = 0; q < p; ++q) {
-    const auto& v = all[static_cast<std::size_t>(q)];
-    if (v.size() != static_cast<std::size_t>(q) * 37)
-      return "all_gather_object: rank " + std::to_string(q) + " has " + std::to_string(v.size());
-    for (std::size_t i = 0; i < v.size(); ++i)
-      if (v[i] != q * 100'000 + static_cast<int>(i)) return "all_gather_object: a value";
-  }
-
-  const std::string text =
-      "rank " + std::to_string(r) + std::string(static_cast<std::size_t>(r) * 1000, '!');
-  const auto got = comm.gather_object(text, 0);
-  if (r != 0) return got.empty() ? "" : "gather_object: a non-root got something";
-  if (got.size() != static_cast<std::size_t>(p)) return "gather_object: size";
-  for (int q = 0; q < p; ++q)
-    if (got[static_cast<std::size_t>(q)] !=
-        "rank " + std::to_string(q) + std::string(static_cast<std::size_t>(q) * 1000, '!'))
-      return "gather_object: rank " + std::to_string(q);
   return {};
 }
 
