@@ -149,80 +149,89 @@ def reductions(rank, size, gloo):
 
 def data_movement(rank, size, gloo):
     for dt in DTYPES:
-        for root in range(size):
-            def broadcast(g):
-                t = values(dt, 1000, rank, 7)
-                dist.broadcast(t, root, group=g)
-                return t
-            compare(f"broadcast {dt} root {root}", broadcast, gloo, values(dt, 1000, root, 7))
-
-        def all_gather(g):
-            out = [torch.zeros(6, dtype=dt) for _ in range(size)]
-            dist.all_gather(out, values(dt, 6, rank), group=g)
-            return out
-        compare(f"all_gather {dt}", all_gather, gloo, [values(dt, 6, r) for r in range(size)])
-
-        def all_gather_into_tensor(g):
-            out = torch.zeros(size * 6, dtype=dt)
-            dist.all_gather_into_tensor(out, values(dt, 6, rank), group=g)
-            return out
-        compare(f"all_gather_into_tensor {dt}", all_gather_into_tensor, gloo,
-                torch.cat([values(dt, 6, r) for r in range(size)]))
-
-        def all_gather_coalesced(g):
-            out = [[torch.zeros(2, dtype=dt), torch.zeros(3, dtype=dt)] for _ in range(size)]
-            dist.all_gather_coalesced(out, [values(dt, 2, rank), values(dt, 3, rank, 1)],
-                                      group=g)
-            return [t for lst in out for t in lst]
-        compare(f"all_gather_coalesced {dt}", all_gather_coalesced, gloo,
-                [t for r in range(size) for t in (values(dt, 2, r), values(dt, 3, r, 1))])
-
-        root = size // 2
-
-        def gather(g):
-            out = [torch.zeros(4, dtype=dt) for _ in range(size)] if rank == root else None
-            dist.gather(values(dt, 4, rank), out, dst=root, group=g)
-            return out if rank == root else []
-        compare(f"gather {dt}", gather, gloo,
-                [values(dt, 4, r) for r in range(size)] if rank == root else [])
-
-        def scatter(g):
-            out = torch.zeros(4, dtype=dt)
-            ins = [values(dt, 4, r, 2) for r in range(size)] if rank == root else None
-            dist.scatter(out, ins, src=root, group=g)
-            return out
-        compare(f"scatter {dt}", scatter, gloo, values(dt, 4, rank, 2))
-
-        def all_to_all(g):
-            # rank r sends r + j + 1 elements to rank j: every block a different size
-            ins = [values(dt, rank + j + 1, rank, j) for j in range(size)]
-            outs = [torch.zeros(j + rank + 1, dtype=dt) for j in range(size)]
-            dist.all_to_all(outs, ins, group=g)
-            return outs
-        compare(f"all_to_all {dt}", all_to_all, gloo,
-                [values(dt, j + rank + 1, j, rank) for j in range(size)])
-
-        def all_to_all_single(g):
-            out = torch.zeros(size * 3, 2, dtype=dt)
-            dist.all_to_all_single(out, values(dt, size * 6, rank).view(size * 3, 2), group=g)
-            return out
-        compare(f"all_to_all_single {dt}", all_to_all_single, gloo,
-                torch.cat([values(dt, size * 6, j).view(size * 3, 2)[3 * rank:3 * rank + 3]
-                           for j in range(size)]))
-
-        def all_to_all_single_splits(g):
-            send = [rank + j + 1 for j in range(size)]  # rows to rank j
-            recv = [j + rank + 1 for j in range(size)]  # rows from rank j
-            out = torch.zeros(sum(recv), 2, dtype=dt)
-            dist.all_to_all_single(out, values(dt, 2 * sum(send), rank).view(-1, 2), recv, send,
-                                   group=g)
-            return out
-        compare(f"all_to_all_single with splits {dt}", all_to_all_single_splits, gloo,
-                torch.cat([values(dt, 2 * sum(j + k + 1 for k in range(size)), j).view(-1, 2)[
-                    sum(j + k + 1 for k in range(rank)):][:j + rank + 1] for j in range(size)]))
-
+        broadcast_and_all_gathers(rank, size, gloo, dt)
+        gather_and_scatter(rank, size, gloo, dt)
+        all_to_alls(rank, size, gloo, dt)
     dist.barrier()
     dist.barrier(group=gloo)
+
+
+def broadcast_and_all_gathers(rank, size, gloo, dt):
+    for root in range(size):
+        def broadcast(g):
+            t = values(dt, 1000, rank, 7)
+            dist.broadcast(t, root, group=g)
+            return t
+        compare(f"broadcast {dt} root {root}", broadcast, gloo, values(dt, 1000, root, 7))
+
+    def all_gather(g):
+        out = [torch.zeros(6, dtype=dt) for _ in range(size)]
+        dist.all_gather(out, values(dt, 6, rank), group=g)
+        return out
+    compare(f"all_gather {dt}", all_gather, gloo, [values(dt, 6, r) for r in range(size)])
+
+    def all_gather_into_tensor(g):
+        out = torch.zeros(size * 6, dtype=dt)
+        dist.all_gather_into_tensor(out, values(dt, 6, rank), group=g)
+        return out
+    compare(f"all_gather_into_tensor {dt}", all_gather_into_tensor, gloo,
+            torch.cat([values(dt, 6, r) for r in range(size)]))
+
+    def all_gather_coalesced(g):
+        out = [[torch.zeros(2, dtype=dt), torch.zeros(3, dtype=dt)] for _ in range(size)]
+        dist.all_gather_coalesced(out, [values(dt, 2, rank), values(dt, 3, rank, 1)],
+                                  group=g)
+        return [t for lst in out for t in lst]
+    compare(f"all_gather_coalesced {dt}", all_gather_coalesced, gloo,
+            [t for r in range(size) for t in (values(dt, 2, r), values(dt, 3, r, 1))])
+
+
+def gather_and_scatter(rank, size, gloo, dt):
+    root = size // 2
+
+    def gather(g):
+        out = [torch.zeros(4, dtype=dt) for _ in range(size)] if rank == root else None
+        dist.gather(values(dt, 4, rank), out, dst=root, group=g)
+        return out if rank == root else []
+    compare(f"gather {dt}", gather, gloo,
+            [values(dt, 4, r) for r in range(size)] if rank == root else [])
+
+    def scatter(g):
+        out = torch.zeros(4, dtype=dt)
+        ins = [values(dt, 4, r, 2) for r in range(size)] if rank == root else None
+        dist.scatter(out, ins, src=root, group=g)
+        return out
+    compare(f"scatter {dt}", scatter, gloo, values(dt, 4, rank, 2))
+
+
+def all_to_alls(rank, size, gloo, dt):
+    def all_to_all(g):
+        # rank r sends r + j + 1 elements to rank j: every block a different size
+        ins = [values(dt, rank + j + 1, rank, j) for j in range(size)]
+        outs = [torch.zeros(j + rank + 1, dtype=dt) for j in range(size)]
+        dist.all_to_all(outs, ins, group=g)
+        return outs
+    compare(f"all_to_all {dt}", all_to_all, gloo,
+            [values(dt, j + rank + 1, j, rank) for j in range(size)])
+
+    def all_to_all_single(g):
+        out = torch.zeros(size * 3, 2, dtype=dt)
+        dist.all_to_all_single(out, values(dt, size * 6, rank).view(size * 3, 2), group=g)
+        return out
+    compare(f"all_to_all_single {dt}", all_to_all_single, gloo,
+            torch.cat([values(dt, size * 6, j).view(size * 3, 2)[3 * rank:3 * rank + 3]
+                       for j in range(size)]))
+
+    def all_to_all_single_splits(g):
+        send = [rank + j + 1 for j in range(size)]  # rows to rank j
+        recv = [j + rank + 1 for j in range(size)]  # rows from rank j
+        out = torch.zeros(sum(recv), 2, dtype=dt)
+        dist.all_to_all_single(out, values(dt, 2 * sum(send), rank).view(-1, 2), recv, send,
+                               group=g)
+        return out
+    compare(f"all_to_all_single with splits {dt}", all_to_all_single_splits, gloo,
+            torch.cat([values(dt, 2 * sum(j + k + 1 for k in range(size)), j).view(-1, 2)[
+                sum(j + k + 1 for k in range(rank)):][:j + rank + 1] for j in range(size)]))
 
 
 def point_to_point(rank, size, gloo):
@@ -376,9 +385,16 @@ def mesh(rank, size, gloo):
     if size % 2:
         return
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
     m = init_device_mesh("cpu", (size // 2, 2), mesh_dim_names=("dp", "tp"))
+    mesh_groups(m, rank, size)
+    mesh_dtensors(m, rank)
+    mesh_tensor_parallel(m, rank)
+
+
+def mesh_groups(m, rank, size):
+    """The mesh's coordinates, its groups along "dp" and "tp" (tutti's, over the expected
+    transport) and an all_reduce along each."""
     dp, tp = divmod(rank, 2)
     harness.check(tuple(m.get_coordinate()) == (dp, tp), f"mesh coordinate: {m.get_coordinate()}")
     harness.check((m.get_local_rank("dp"), m.get_local_rank("tp")) == (dp, tp),
@@ -397,6 +413,12 @@ def mesh(rank, size, gloo):
     harness.check(u.item() == sum(2 * d + tp + 1 for d in range(size // 2)),
                   f"all_reduce along dp: {u.item()}")
 
+
+def mesh_dtensors(m, rank):
+    """A tensor sharded along "tp" and gathered back; partial sums made whole."""
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+
+    dp, tp = divmod(rank, 2)
     full = torch.arange(8 * 3, dtype=torch.float32).view(8, 3) + 100 * dp
     d = distribute_tensor(full, m["tp"], [Shard(0)])
     harness.check(torch.equal(d.to_local(), full[4 * tp:4 * tp + 4]),
@@ -407,11 +429,14 @@ def mesh(rank, size, gloo):
     harness.check(torch.equal(whole, torch.full((5,), float(4 * dp + 3))),
                   f"Partial made Replicate along tp: {whole}")
 
-    # Tensor parallelism as torch writes it: a column-wise then a row-wise Linear along "tp",
-    # forward and backward against the same model unsharded. Integer weights and inputs in
-    # float64 keep every sum exact, whatever order the shards add in.
+
+def mesh_tensor_parallel(m, rank):
+    """Tensor parallelism as torch writes it: a column-wise then a row-wise Linear along "tp",
+    forward and backward against the same model unsharded. Integer weights and inputs in
+    float64 keep every sum exact, whatever order the shards add in."""
     from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                    parallelize_module)
+    dp = rank // 2
     gen = torch.Generator().manual_seed(7)
 
     def mlp():

@@ -5,6 +5,7 @@ on every rank, naming both sides; the group's timeout and Work.wait(timeout) bou
     python tests/torch/test_faults.py     # world sizes 2-3 (TUTTI_TORCH_SIZES=4)
 """
 
+import datetime
 import os
 import signal
 import sys
@@ -30,7 +31,6 @@ VICTIM_STEP = 3
 
 def killed_mid_training(rank, size, init, q):
     harness.simulate_host(rank, size)
-    import datetime
     dist.init_process_group("tutti", init_method=init, rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=PG_TIMEOUT_S))
     torch.manual_seed(0)
@@ -55,7 +55,6 @@ def killed_while_received_from_any(rank, size, init, q):
     """The last rank sends every other rank one message and dies; their next receive from any
     rank raises, naming it."""
     harness.simulate_host(rank, size)
-    import datetime
     dist.init_process_group("tutti", init_method=init, rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=PG_TIMEOUT_S))
     victim = size - 1
@@ -136,13 +135,23 @@ def mismatched(rank, size, init):
 def timeouts(rank, size, init):
     """The process group's timeout bounds a call whose peer never comes; Work.wait(timeout)
     gives up on its own without breaking the call, which completes once the peer arrives."""
-    import datetime
     dist.init_process_group("tutti", init_method=init, rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=3))
-    late = dist.new_group(backend="tutti", timeout=datetime.timedelta(seconds=600))
-    # Work.wait(timeout): rank 0 waits 100 ms for a call the others start only once it is told
-    # (through the store) that its wait gave up.
     store = dist.distributed_c10d._get_default_store()
+    # Each scenario makes its own group (if any) first: dist.new_group is collective, so every
+    # rank runs the scenarios in this order.
+    work_wait_timeout(rank, size, store)
+    monitored_barriers(rank, size, store)
+    monitored_barrier_zero_timeout(rank, size)
+    recv_from_any_timeout(rank, size, store)
+    default_group_timeout(rank, size, store)
+    os._exit(0)
+
+
+def work_wait_timeout(rank, size, store):
+    """Work.wait(timeout): rank 0 waits 100 ms for a call the others start only once it is told
+    (through the store) that its wait gave up."""
+    late = dist.new_group(backend="tutti", timeout=datetime.timedelta(seconds=600))
     t = torch.full((4,), float(rank + 1))
     if rank == 0:
         w = dist.all_reduce(t, async_op=True, group=late)
@@ -159,9 +168,12 @@ def timeouts(rank, size, init):
         store.wait(["gave_up"])
         dist.all_reduce(t, group=late)
     harness.check(t.tolist() == [size * (size + 1) / 2] * 4, f"late all_reduce: {t.tolist()}")
-    # monitored_barrier: every rank comes; then the last one does not (rank 0 names it, the
-    # others raise with rank 0's verdict); then, with wait_all_ranks, every rank but rank 0
-    # stays away and rank 0 names them all.
+
+
+def monitored_barriers(rank, size, store):
+    """monitored_barrier: every rank comes; then the last one does not (rank 0 names it, the
+    others raise with rank 0's verdict); then, with wait_all_ranks, every rank but rank 0
+    stays away and rank 0 names them all."""
     dist.monitored_barrier(timeout=datetime.timedelta(seconds=600))
     if rank != size - 1:
         try:
@@ -199,8 +211,11 @@ def timeouts(rank, size, init):
         store.set("monitored_all", "1")
     else:
         store.wait(["monitored_all"], datetime.timedelta(seconds=600))
-    # A timeout of zero is a timeout (gloo's words); on a group of its own, since only rank 0
-    # takes part.
+
+
+def monitored_barrier_zero_timeout(rank, size):
+    """A timeout of zero is a timeout (gloo's words); on a group of its own, since only rank 0
+    takes part."""
     alone = dist.new_group(backend="tutti")
     if rank == 0 and size > 1:
         try:
@@ -211,8 +226,11 @@ def timeouts(rank, size, init):
                           f"monitored_barrier(timeout=0): {e}")
         else:
             raise AssertionError("monitored_barrier(timeout=0) returned")
-    # A receive from any rank that no rank sends to: its group's timeout (1 s; the others wait
-    # outside the group meanwhile).
+
+
+def recv_from_any_timeout(rank, size, store):
+    """A receive from any rank that no rank sends to: its group's timeout (1 s; the others wait
+    outside the group meanwhile)."""
     short = dist.new_group(backend="tutti", timeout=datetime.timedelta(seconds=1))
     if rank == 0 and size > 2:
         try:
@@ -225,7 +243,10 @@ def timeouts(rank, size, init):
         store.set("any_done", "1")
     elif size > 2:
         store.wait(["any_done"], datetime.timedelta(seconds=600))
-    # The group's 3 s timeout: the last rank never calls; the others raise a timeout.
+
+
+def default_group_timeout(rank, size, store):
+    """The group's 3 s timeout: the last rank never calls; the others raise a timeout."""
     if rank != size - 1:
         try:
             dist.all_reduce(torch.ones(3))
@@ -237,7 +258,6 @@ def timeouts(rank, size, init):
         store.set(f"done{rank}", "1")
     else:
         store.wait([f"done{r}" for r in range(size - 1)], datetime.timedelta(seconds=600))
-    os._exit(0)
 
 
 if __name__ == "__main__":
