@@ -228,6 +228,8 @@ TEST_CASE("mesh: named dimensions, and the arguments it refuses") {
     CHECK_THROWS_AS((tutti::mesh<comm_t>(comm, {4, 0, 1})), tutti::error);
     CHECK_THROWS_AS((tutti::mesh<comm_t>(comm, {2, 2}, {"a"})), tutti::error);
     CHECK_THROWS_AS((tutti::mesh<comm_t>(comm, {2, 2}, {"a", "a"})), tutti::error);
+    CHECK_THROWS_WITH_AS((tutti::mesh<comm_t>(comm, {2, 2}, {"a", ""})),
+                         doctest::Contains("dimension 1's name is empty"), tutti::error);
   });
 }
 

@@ -35,8 +35,8 @@ class mesh {
   /// splits once per dimension, in order; the communicator along dimension d holds the ranks
   /// whose coordinates differ only in d, ranked by their coordinate d. `world` must outlive
   /// the mesh. Raises tutti::error(errc::invalid_argument) when the shape's product is not
-  /// world.size(), a size is below 1, or the names are not one per dimension and distinct;
-  /// errc::mismatch when ranks passed different shapes.
+  /// world.size(), a size is below 1, or the names are not one per dimension, distinct and
+  /// non-empty; errc::mismatch when ranks passed different shapes.
   mesh(Comm& world, std::vector<int> shape, std::vector<std::string> names = {})
       : mesh(world, std::move(shape), std::move(names), world.opts()) {}
   mesh(Comm& world, std::vector<int> shape, std::vector<std::string> names,
@@ -116,9 +116,12 @@ class mesh {
     if (names_.size() != shape_.size())
       bad(std::to_string(names_.size()) + " names for " + std::to_string(shape_.size()) +
           " dimensions");
-    for (std::size_t a = 0; a < names_.size(); ++a)
+    for (std::size_t a = 0; a < names_.size(); ++a) {
+      // m[""] would find it, but an empty name is a slip (a variable never set), not a choice.
+      if (names_[a].empty()) bad("dimension " + std::to_string(a) + "'s name is empty");
       for (std::size_t b = a + 1; b < names_.size(); ++b)
         if (names_[a] == names_[b]) bad("dimension name '" + names_[a] + "' appears twice");
+    }
   }
 
   // Ranks with another shape of the same size would split into other groups without noticing.
