@@ -134,6 +134,42 @@ TEST_CASE("inproc group: ranks passing different lists all raise mismatch") {
   CHECK(mismatches.load() == 3);
 }
 
+TEST_CASE("inproc split: its errors name split, and the collective inside that raised") {
+  // A split against another rank's all_reduce: the all_gather split runs meets it.
+  std::atomic<int> named{0};
+  CHECK_THROWS_AS(tutti::inproc::run(2,
+                                     [&](auto& comm) {
+                                       try {
+                                         if (comm.rank() == 0) {
+                                           (void)comm.split(0, 0);
+                                         } else {
+                                           std::vector<std::int64_t> v(6);
+                                           comm.all_reduce(std::span<std::int64_t>(v), tutti::sum);
+                                         }
+                                       } catch (const tutti::error& e) {
+                                         if (comm.rank() == 0 && e.collective() == "split" &&
+                                             e.kind() == tutti::errc::mismatch &&
+                                             e.reason().starts_with("its all_gather: "))
+                                           ++named;
+                                         throw;
+                                       }
+                                     }),
+                  tutti::error);
+  CHECK(named.load() == 1);
+  // A split of a communicator an earlier error broke, and a group of it.
+  tutti::inproc::run(2, [](auto& comm) {
+    std::vector<int> v(comm.rank() == 0 ? 3 : 4);
+    CHECK_THROWS_AS(comm.all_reduce(std::span<int>(v), tutti::sum), tutti::error);
+    const std::string split_error = ": split #2 on rank " + std::to_string(comm.rank()) +
+                                    " (peer " + std::to_string(1 - comm.rank()) +
+                                    "): its all_gather: communicator unusable after";
+    CHECK_THROWS_WITH_AS((void)comm.split(0, 0), doctest::Contains(split_error.c_str()),
+                         tutti::error);
+    CHECK_THROWS_WITH_AS((void)comm.group(std::vector<int>{0}),
+                         doctest::Contains(": group #3 on rank"), tutti::error);
+  });
+}
+
 TEST_CASE("inproc group and split: bad rank lists raise invalid_argument on every rank") {
   for (const std::vector<int>& bad :
        {std::vector<int>{0, 0}, std::vector<int>{0, 3}, std::vector<int>{-1}}) {

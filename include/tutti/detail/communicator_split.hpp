@@ -94,9 +94,10 @@ template <class Comm>
 /// after the exchange (so that every rank raises alike). Over host memory the requests are
 /// gathered and checked over `parent` and the child's transport meets through it.
 template <class Child, class Comm>
-[[nodiscard]] std::optional<Child> split_child(Comm& parent, split_request mine,
-                                               std::span<const int> listed,
-                                               const options& child_opts, std::uint64_t& splits) {
+[[nodiscard]] std::optional<Child> make_split_child(Comm& parent, split_request mine,
+                                                    std::span<const int> listed,
+                                                    const options& child_opts,
+                                                    std::uint64_t& splits) {
   split_plan plan;
   split_exchange exchange;
   if constexpr (std::is_same_v<typename Comm::memory_space, host_memory>) {
@@ -113,6 +114,23 @@ template <class Child, class Comm>
   auto child = parent.transport().split(plan, exchange, child_opts);
   if (!child) return std::nullopt;
   return Child(std::move(*child), child_opts);
+}
+
+/// make_split_child, with its errors named after the call the user made ("split" or "group")
+/// rather than the collective inside it that raised (an all_gather over the parent): the kind,
+/// sequence number, rank and peer stay as raised, and the message says which collective it was.
+template <class Child, class Comm>
+[[nodiscard]] std::optional<Child> split_child(Comm& parent, split_request mine,
+                                               std::span<const int> listed,
+                                               const options& child_opts, std::uint64_t& splits) {
+  const char* what = mine.check == 0 ? "split" : "group";
+  try {
+    return make_split_child<Child>(parent, mine, listed, child_opts, splits);
+  } catch (const error& e) {
+    if (e.collective() == what) throw;
+    throw error(e.kind(), what, e.sequence(), e.rank(), e.peer(),
+                e.collective().empty() ? e.reason() : "its " + e.collective() + ": " + e.reason());
+  }
 }
 
 }  // namespace tutti::inline v0::detail
