@@ -181,8 +181,7 @@ TEST_CASE("MPICH Hydra variables") {
   }
 }
 
-TEST_CASE("Slurm variables and tasks-per-node lists") {
-  using v = std::initializer_list<std::pair<const char*, const char*>>;
+TEST_CASE("Slurm variables: tasks-per-node lists give each node's local size") {
   SUBCASE("4(x2),3 on each node") {
     // Block layout: node 0 has ranks 0-3, node 1 ranks 4-7, node 2 ranks 8-10.
     check_world(detect({{"SLURM_PROCID", "1"},
@@ -224,6 +223,10 @@ TEST_CASE("Slurm variables and tasks-per-node lists") {
       }
     }
   }
+}
+
+TEST_CASE("Slurm variables: which one sets the local size; a batch script is no launch") {
+  using v = std::initializer_list<std::pair<const char*, const char*>>;
   const v base = {{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}};
   SUBCASE("the step's list wins over the job's") {
     scoped_env env;
@@ -263,6 +266,9 @@ TEST_CASE("Slurm variables and tasks-per-node lists") {
     env.set({{"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"}});
     CHECK_FALSE(detect_world().has_value());
   }
+}
+
+TEST_CASE("Slurm variables: malformed lists and ids past them raise invalid_argument") {
   SUBCASE("malformed lists") {
     for (const char* list : {"", "a", "4,", ",4", "4,,4", "4(x2", "4(2)", "(x2)", "4(x0)", "4(x)",
                              "4(x2)3", "4(x2))", "4(x-1)", "-4", "4(y2)", "4 ", "4(x2)(x3)"}) {

@@ -301,83 +301,109 @@ TEST_CASE("invalid arguments are rejected before anything is sent") {
 
 // Every check a collective makes on its arguments, with the message it raises: the collective,
 // the number the call would have had, this rank, and the sizes involved.
-TEST_CASE("each argument check says what is wrong, with the numbers") {
-  using tutti::detail::call_args;
-  using tutti::detail::collective;
+namespace {
+
+using tutti::detail::call_args;
+using tutti::detail::collective;
+
+/// The message of the error `check` raises on rank 1 of 4, where the next call is #7.
+template <class Check>
+std::string argument_error(collective k, Check&& check) {
+  try {
+    check(call_args(k, 7, 1, 4));
+  } catch (const tutti::error& e) {
+    CHECK(e.kind() == tutti::errc::invalid_argument);
+    CHECK(e.sequence() == 7);
+    CHECK(e.rank() == 1);
+    CHECK(e.peer() == -1);
+    return e.what();
+  }
+  return "no error";
+}
+
+/// The message a check on rank 1 raises in call #7 of `coll`, for `why`.
+std::string raised(std::string_view coll, const std::string& why) {
+  return "tutti: " + std::string(coll) + " #7 on rank 1: " + why + ": " +
+         tutti::make_error_code(tutti::errc::invalid_argument).message();
+}
+
+/// Buffers for the argument checks: one element each (only their addresses are looked at), and
+/// counts for 4 ranks and one entry short.
+struct argument_buffers {
   using bytes = std::byte*;
-  // The message of the error `check` raises on rank 1 of 4, where the next call is #7.
-  auto message = [](collective k, auto&& check) -> std::string {
-    try {
-      check(call_args(k, 7, 1, 4));
-    } catch (const tutti::error& e) {
-      CHECK(e.kind() == tutti::errc::invalid_argument);
-      CHECK(e.sequence() == 7);
-      CHECK(e.rank() == 1);
-      CHECK(e.peer() == -1);
-      return e.what();
-    }
-    return "no error";
-  };
-  auto raised = [](std::string_view coll, const std::string& why) {
-    return "tutti: " + std::string(coll) + " #7 on rank 1: " + why + ": " +
-           tutti::make_error_code(tutti::errc::invalid_argument).message();
-  };
   std::byte in[1], out[1];
   const bytes i = in, o = out;
-  const std::size_t counts[] = {1, 2, 3, 4};
-  const std::span<const std::size_t> all(counts), short_counts(counts, 3);
+  const std::size_t counts[4] = {1, 2, 3, 4};
+  const std::span<const std::size_t> all{counts}, short_counts{counts, 3};
+};
 
-  CHECK(message(collective::all_reduce, [&](const call_args& a) {
+}  // namespace
+
+TEST_CASE_FIXTURE(argument_buffers, "each argument check says what is wrong: reducing ones") {
+  CHECK(argument_error(collective::all_reduce, [&](const call_args& a) {
           (void)a.reducing(i, 5, o, 4, -1);
         }) == raised("all_reduce", "buffer has 4 elements, needs 5"));
-  CHECK(message(collective::reduce, [&](const call_args& a) { (void)a.reducing(i, 5, o, 5, 4); }) ==
-        raised("reduce", "root 4 is not a rank in [0, 4)"));
-  CHECK(message(collective::reduce, [&](const call_args& a) { (void)a.reducing(i, 5, o, 6, 1); }) ==
-        raised("reduce", "buffer has 6 elements, needs 5"));
-  CHECK(message(collective::reduce_scatter, [&](const call_args& a) {
+  CHECK(argument_error(collective::reduce, [&](const call_args& a) {
+          (void)a.reducing(i, 5, o, 5, 4);
+        }) == raised("reduce", "root 4 is not a rank in [0, 4)"));
+  CHECK(argument_error(collective::reduce, [&](const call_args& a) {
+          (void)a.reducing(i, 5, o, 6, 1);
+        }) == raised("reduce", "buffer has 6 elements, needs 5"));
+  CHECK(argument_error(collective::reduce_scatter, [&](const call_args& a) {
           (void)a.reducing(i, 7, o, 2, -1);
         }) == raised("reduce_scatter", "buffer has 7 elements, needs 8"));
-  CHECK(message(collective::broadcast, [&](const call_args& a) {
+}
+
+TEST_CASE_FIXTURE(argument_buffers, "each argument check says what is wrong: moving ones") {
+  CHECK(argument_error(collective::broadcast, [&](const call_args& a) {
           (void)a.moving(o, 3, o, 3, -1);
         }) == raised("broadcast", "root -1 is not a rank in [0, 4)"));
-  CHECK(message(collective::all_gather, [&](const call_args& a) {
+  CHECK(argument_error(collective::all_gather, [&](const call_args& a) {
           (void)a.moving(i, 3, o, 11, -1);
         }) == raised("all_gather", "buffer has 11 elements, needs 12"));
-  CHECK(message(collective::gather, [&](const call_args& a) { (void)a.moving(i, 3, o, 9, 1); }) ==
-        raised("gather", "buffer has 9 elements, needs 12"));
-  CHECK(message(collective::scatter, [&](const call_args& a) { (void)a.moving(i, 9, o, 3, 1); }) ==
-        raised("scatter", "buffer has 9 elements, needs 12"));
+  CHECK(argument_error(collective::gather, [&](const call_args& a) {
+          (void)a.moving(i, 3, o, 9, 1);
+        }) == raised("gather", "buffer has 9 elements, needs 12"));
+  CHECK(argument_error(collective::scatter, [&](const call_args& a) {
+          (void)a.moving(i, 9, o, 3, 1);
+        }) == raised("scatter", "buffer has 9 elements, needs 12"));
   // Both sizes wrong: the input's blocks are named first.
-  CHECK(message(collective::all_to_all, [&](const call_args& a) {
+  CHECK(argument_error(collective::all_to_all, [&](const call_args& a) {
           (void)a.moving(i, 6, o, 8, -1);
         }) == raised("all_to_all", "buffer of 6 elements is not a multiple of 4 ranks"));
-  CHECK(message(collective::all_to_all, [&](const call_args& a) {
+  CHECK(argument_error(collective::all_to_all, [&](const call_args& a) {
           (void)a.moving(i, 8, o, 4, -1);
         }) == raised("all_to_all", "buffer has 4 elements, needs 8"));
-  CHECK(message(collective::all_gather, [&](const call_args& a) { (void)a.block(10); }) ==
+  CHECK(argument_error(collective::all_gather, [&](const call_args& a) { (void)a.block(10); }) ==
         raised("all_gather", "buffer of 10 elements is not a multiple of 4 ranks"));
-  CHECK(message(collective::all_gatherv, [&](const call_args& a) {
+}
+
+TEST_CASE_FIXTURE(argument_buffers, "each argument check says what is wrong: vectored ones") {
+  CHECK(argument_error(collective::all_gatherv, [&](const call_args& a) {
           (void)a.vectored(i, 2, o, 10, short_counts, -1);
         }) == raised("all_gatherv", "counts has 3 entries for 4 ranks"));
-  CHECK(message(collective::all_gatherv, [&](const call_args& a) {
+  CHECK(argument_error(collective::all_gatherv, [&](const call_args& a) {
           (void)a.vectored(i, 1, o, 10, all, -1);
         }) == raised("all_gatherv", "buffer has 1 elements, needs 2"));
-  CHECK(message(collective::gatherv, [&](const call_args& a) {
+  CHECK(argument_error(collective::gatherv, [&](const call_args& a) {
           (void)a.vectored(i, 2, o, 9, all, 1);
         }) == raised("gatherv", "buffer has 9 elements, needs 10"));
-  CHECK(message(collective::scatterv, [&](const call_args& a) {
+  CHECK(argument_error(collective::scatterv, [&](const call_args& a) {
           (void)a.vectored(i, 10, o, 3, all, 0);
         }) == raised("scatterv", "buffer has 3 elements, needs 2"));
-  CHECK(message(collective::scatterv, [&](const call_args& a) {
+  CHECK(argument_error(collective::scatterv, [&](const call_args& a) {
           (void)a.vectored(i, 10, o, 2, all, 4);
         }) == raised("scatterv", "root 4 is not a rank in [0, 4)"));
-  CHECK(message(collective::all_to_allv, [&](const call_args& a) {
+  CHECK(argument_error(collective::all_to_allv, [&](const call_args& a) {
           a.all_to_allv(10, short_counts, 10, all);
         }) == raised("all_to_allv", "send_counts and recv_counts need one entry per rank"));
-  CHECK(message(collective::all_to_allv, [&](const call_args& a) {
+  CHECK(argument_error(collective::all_to_allv, [&](const call_args& a) {
           a.all_to_allv(10, all, 9, all);
         }) == raised("all_to_allv", "buffer has 9 elements, needs 10"));
+}
 
+TEST_CASE_FIXTURE(argument_buffers,
+                  "what passes the argument checks: the policy's count and buffers") {
   // What passes, and what the policy is handed: a rank's count and its buffers, null where
   // this rank has none (not the root).
   const call_args a(collective::gather, 7, 1, 4);

@@ -114,7 +114,7 @@ TEST_CASE("gloo bruck: every collective it implements") {
 TEST_CASE("gloo native: every collective Gloo has") { sweep_policy<tutti::native>(sizes()); }
 TEST_CASE("gloo automatic: every collective") { sweep_policy<tutti::automatic>(sizes()); }
 
-TEST_CASE("large collective messages travel in parts that pair up on both ends") {
+TEST_CASE("gloo::part_size: parts of whole elements and never more than the rule gives") {
   using tutti::gloo;
   // Whole below 2 x part_min; up to max_parts parts of >= part_min; parts of about part_max
   // beyond; a whole number of elements each, and never more parts than the rule gives.
@@ -141,7 +141,98 @@ TEST_CASE("large collective messages travel in parts that pair up on both ends")
       CHECK(parts <= std::max<std::size_t>(gloo::max_parts, b / gloo::part_max));
       CHECK((parts == 1 || part >= gloo::part_min));
     }
+}
 
+namespace {
+
+using gloo_comm = tutti::communicator<tutti::gloo>;
+
+/// Whether every pair has single copies exactly where `mode` leaves them on (and its receives
+/// go up a step early to match); prints the first pair that does not.
+bool single_copies_as_mode_says(gloo_comm& comm, const std::string& m, bool siblings_can_read) {
+  using tutti::gloo;
+  for (int q = 0; q < comm.size(); ++q) {
+    const bool expect =
+        siblings_can_read && m != "off" && !(m == "off on rank 0" && (comm.rank() == 0 || q == 0));
+    if (q != comm.rank() && comm.transport().single_copy(q) != expect) {
+      std::fprintf(stderr, "rank %d: single_copy(%d) is %d\n", comm.rank(), q, int(!expect));
+      return false;
+    }
+    // A receive goes up a step early where it is a single copy or one TCP part.
+    const std::size_t two_parts = 2 * gloo::part_min;
+    if (q != comm.rank() && (!comm.transport().post_ahead(q, two_parts - 4, 4) ||
+                             comm.transport().post_ahead(q, two_parts, 4) != expect)) {
+      std::fprintf(stderr, "rank %d: post_ahead(%d) wrong\n", comm.rank(), q);
+      return false;
+    }
+  }
+  return true;
+}
+
+/// Whether the world's costs are as expected; prints them where not.
+bool world_costs_as_expected(gloo_comm& comm, bool every_pair) {
+  using tutti::gloo;
+  // What automatic weighs, the same on every rank: every rank on this machine, its CPUs;
+  // single copies' cost only where every pair has them.
+  const tutti::cost_model costs = comm.transport().world_costs();
+  const unsigned hw = std::thread::hardware_concurrency();
+  if (hw != 0 && (comm.transport().host_ranks() != comm.size() ||
+                  costs.ranks_per_cpu != static_cast<double>(comm.size()) / hw)) {
+    std::fprintf(stderr, "rank %d: %d ranks here, %g per CPU\n", comm.rank(),
+                 comm.transport().host_ranks(), costs.ranks_per_cpu);
+    return false;
+  }
+  if (costs.alpha_us != (every_pair ? gloo::single_copy_alpha_us : gloo::costs.alpha_us) ||
+      costs.beta_us_per_byte !=
+          (every_pair ? gloo::single_copy_beta_us_per_byte : gloo::costs.beta_us_per_byte) ||
+      costs.gamma_us_per_byte != gloo::costs.gamma_us_per_byte) {
+    std::fprintf(stderr, "rank %d: alpha %g, beta %g\n", comm.rank(), costs.alpha_us,
+                 costs.beta_us_per_byte);
+    return false;
+  }
+  return true;
+}
+
+/// The blocks the test case describes, through `comm` and then ring, recursive halving and
+/// tree; what differs from the exact int32 sums goes to `f`.
+void large_blocks(gloo_comm& comm, suite::failures& f) {
+  const std::size_t k = tutti::gloo::part_min / sizeof(std::int32_t);
+  for (std::size_t n : {2 * k - 1, 4 * k + 1, 6 * k + 5, (std::size_t{9} << 18) + 7}) {
+    suite::all_reduce_case<std::int32_t, tutti::sum_t>(comm, f, n, false);
+    suite::all_reduce_case<std::int32_t, tutti::sum_t>(comm, f, n, true);
+    suite::reduce_scatter_case<std::int32_t, tutti::sum_t>(comm, f, n / 2 + 1, false);
+    suite::reduce_case<std::int32_t, tutti::sum_t>(comm, f, n, false);
+    suite::broadcast_case<std::int32_t>(comm, f, n);
+  }
+  auto ring = tutti::communicator<tutti::gloo, tutti::ring>::from_env();
+  auto halving = tutti::communicator<tutti::gloo, tutti::recursive_halving>::from_env();
+  auto tree = tutti::communicator<tutti::gloo, tutti::tree>::from_env();
+  for (std::size_t n : {3 * k + 1, (std::size_t{5} << 18) + 3}) {
+    suite::all_reduce_case<std::int32_t, tutti::sum_t>(ring, f, n, false);
+    suite::all_reduce_case<std::int32_t, tutti::sum_t>(halving, f, n, true);
+    suite::all_reduce_case<std::int32_t, tutti::sum_t>(tree, f, n, false);
+  }
+}
+
+/// One rank of the large-messages test under `mode` ("on", "off", "off on rank 0"): its exit
+/// code.
+int large_messages_rank(const std::string& m, bool siblings_can_read) {
+  const char* rank = std::getenv("RANK");
+  if (m == "off" || (m == "off on rank 0" && rank != nullptr && std::string_view(rank) == "0"))
+    ::setenv("TUTTI_GLOO_CMA", "0", 1);
+  auto comm = gloo_comm::from_env();
+  if (!single_copies_as_mode_says(comm, m, siblings_can_read)) return 1;
+  if (!world_costs_as_expected(comm, siblings_can_read && m == "on")) return 1;
+  suite::failures f;
+  large_blocks(comm, f);
+  if (f.count.load() == 0) return 0;
+  std::fprintf(stderr, "rank %d: %ld failures\n%s", comm.rank(), f.count.load(), f.text().c_str());
+  return 1;
+}
+
+}  // namespace
+
+TEST_CASE("large collective messages travel in parts that pair up on both ends") {
   const bool siblings_can_read = fork_ranks::siblings_can_read_memory();
   if (!siblings_can_read)
     MESSAGE("siblings may not read each other's memory here (Yama, seccomp): TCP only");
@@ -156,68 +247,8 @@ TEST_CASE("large collective messages travel in parts that pair up on both ends")
       scoped_env env;
       ::unsetenv("TUTTI_GLOO_CMA");  // a test's own setting: the modes set it
       const std::string m = mode;
-      const int rc = tutti::spawn(p, [&m, siblings_can_read] {
-        const char* rank = std::getenv("RANK");
-        if (m == "off" ||
-            (m == "off on rank 0" && rank != nullptr && std::string_view(rank) == "0"))
-          ::setenv("TUTTI_GLOO_CMA", "0", 1);
-        auto comm = tutti::communicator<tutti::gloo>::from_env();
-        suite::failures f;
-        for (int q = 0; q < comm.size(); ++q) {
-          const bool expect = siblings_can_read && m != "off" &&
-                              !(m == "off on rank 0" && (comm.rank() == 0 || q == 0));
-          if (q != comm.rank() && comm.transport().single_copy(q) != expect) {
-            std::fprintf(stderr, "rank %d: single_copy(%d) is %d\n", comm.rank(), q, int(!expect));
-            return 1;
-          }
-          // A receive goes up a step early where it is a single copy or one TCP part.
-          const std::size_t two_parts = 2 * gloo::part_min;
-          if (q != comm.rank() && (!comm.transport().post_ahead(q, two_parts - 4, 4) ||
-                                   comm.transport().post_ahead(q, two_parts, 4) != expect)) {
-            std::fprintf(stderr, "rank %d: post_ahead(%d) wrong\n", comm.rank(), q);
-            return 1;
-          }
-        }
-        // What automatic weighs, the same on every rank: every rank on this machine, its CPUs;
-        // single copies' cost only where every pair has them.
-        const tutti::cost_model costs = comm.transport().world_costs();
-        const unsigned hw = std::thread::hardware_concurrency();
-        const bool every_pair = siblings_can_read && m == "on";
-        if (hw != 0 && (comm.transport().host_ranks() != comm.size() ||
-                        costs.ranks_per_cpu != static_cast<double>(comm.size()) / hw)) {
-          std::fprintf(stderr, "rank %d: %d ranks here, %g per CPU\n", comm.rank(),
-                       comm.transport().host_ranks(), costs.ranks_per_cpu);
-          return 1;
-        }
-        if (costs.alpha_us != (every_pair ? gloo::single_copy_alpha_us : gloo::costs.alpha_us) ||
-            costs.beta_us_per_byte !=
-                (every_pair ? gloo::single_copy_beta_us_per_byte : gloo::costs.beta_us_per_byte) ||
-            costs.gamma_us_per_byte != gloo::costs.gamma_us_per_byte) {
-          std::fprintf(stderr, "rank %d: alpha %g, beta %g\n", comm.rank(), costs.alpha_us,
-                       costs.beta_us_per_byte);
-          return 1;
-        }
-        const std::size_t k = gloo::part_min / sizeof(std::int32_t);
-        for (std::size_t n : {2 * k - 1, 4 * k + 1, 6 * k + 5, (std::size_t{9} << 18) + 7}) {
-          suite::all_reduce_case<std::int32_t, tutti::sum_t>(comm, f, n, false);
-          suite::all_reduce_case<std::int32_t, tutti::sum_t>(comm, f, n, true);
-          suite::reduce_scatter_case<std::int32_t, tutti::sum_t>(comm, f, n / 2 + 1, false);
-          suite::reduce_case<std::int32_t, tutti::sum_t>(comm, f, n, false);
-          suite::broadcast_case<std::int32_t>(comm, f, n);
-        }
-        auto ring = tutti::communicator<tutti::gloo, tutti::ring>::from_env();
-        auto halving = tutti::communicator<tutti::gloo, tutti::recursive_halving>::from_env();
-        auto tree = tutti::communicator<tutti::gloo, tutti::tree>::from_env();
-        for (std::size_t n : {3 * k + 1, (std::size_t{5} << 18) + 3}) {
-          suite::all_reduce_case<std::int32_t, tutti::sum_t>(ring, f, n, false);
-          suite::all_reduce_case<std::int32_t, tutti::sum_t>(halving, f, n, true);
-          suite::all_reduce_case<std::int32_t, tutti::sum_t>(tree, f, n, false);
-        }
-        if (f.count.load() == 0) return 0;
-        std::fprintf(stderr, "rank %d: %ld failures\n%s", comm.rank(), f.count.load(),
-                     f.text().c_str());
-        return 1;
-      });
+      const int rc = tutti::spawn(
+          p, [&m, siblings_can_read] { return large_messages_rank(m, siblings_can_read); });
       CHECK(rc == 0);
     }
   }
@@ -260,6 +291,79 @@ TEST_CASE("Gloo's loop thread runs under SCHED_BATCH; the rank's own thread keep
   }
 }
 
+namespace {
+
+// The inbox test's messages: m and m + 64 share a slot (same call, tag and size).
+constexpr int inbox_messages = static_cast<int>(tutti::detail::cma_inbox::capacity) + 9;
+constexpr std::size_t inbox_words = std::size_t{1} << 17;  // 512 KiB each
+using messages = std::vector<std::vector<std::int32_t>>;
+
+std::int32_t inbox_value(int from, int m, std::size_t i) {
+  return static_cast<std::int32_t>(m * 1000003 + static_cast<int>(i) + from * 7);
+}
+
+/// Rank `me`'s messages to send, and receive buffers filled with -1.
+void fill_messages(int me, messages& out, messages& in) {
+  for (int m = 0; m < inbox_messages; ++m) {
+    out[m].resize(inbox_words);
+    in[m].assign(inbox_words, -1);
+    for (std::size_t i = 0; i < inbox_words; ++i) out[m][i] = inbox_value(me, m, i);
+  }
+}
+
+/// Sends `out` and receives `in`: rank 1 posts its receives in reverse order before its sends,
+/// rank 0 after them and waits for them in reverse order.
+void exchange_messages(tutti::gloo& t, int me, messages& out, messages& in) {
+  using tutti::detail::space;
+  const int peer = 1 - me;
+  tutti::detail::call c;
+  c.fp.coll = tutti::detail::collective::all_to_all;
+  c.seq = 1;
+  c.elem_size = 4;
+  const auto tag = [](int m) { return static_cast<std::uint64_t>(m % 64); };
+  std::vector<tutti::gloo::request> sends(inbox_messages), recvs(inbox_messages);
+  const auto bytes = [](std::vector<std::int32_t>& v) {
+    return std::as_writable_bytes(std::span(v));
+  };
+  const auto post_recv = [&](int m) {
+    recvs[m] = t.irecv(peer, bytes(in[m]), c, space::collective, tag(m));
+  };
+  const auto deadline = tutti::detail::clock::now() + std::chrono::seconds(60);
+  if (me == 1)
+    for (int m = inbox_messages - 1; m >= 0; --m) post_recv(m);
+  for (int m = 0; m < inbox_messages; ++m)
+    sends[m] = t.isend(peer, bytes(out[m]), c, space::collective, tag(m));
+  if (me == 0) {
+    for (int m = 0; m < inbox_messages; ++m) post_recv(m);
+    for (int m = inbox_messages - 1; m >= 0; --m) t.wait(recvs[m], c, deadline);
+    for (int m = 0; m < inbox_messages; ++m) t.wait(sends[m], c, deadline);
+  } else {
+    for (int m = 0; m < inbox_messages; ++m) t.wait(sends[m], c, deadline);
+    for (int m = 0; m < inbox_messages; ++m) t.wait(recvs[m], c, deadline);
+  }
+}
+
+/// How many of rank `me`'s received messages differ from what the peer sent on their slot.
+int wrong_messages(int me, const messages& in) {
+  const int peer = 1 - me;
+  int wrong = 0;
+  for (int m = 0; m < inbox_messages; ++m) {
+    // Rank 1 posted m + 64 before m on their shared slot: each got the other's message.
+    int sent_as = m;
+    if (me == 1 && m % 64 < inbox_messages - 64) sent_as = m >= 64 ? m - 64 : m + 64;
+    for (std::size_t i = 0; i < inbox_words; ++i)
+      if (in[m][i] != inbox_value(peer, sent_as, i)) {
+        std::fprintf(stderr, "rank %d message %d word %zu: %d, not %d\n", me, m, i, in[m][i],
+                     inbox_value(peer, sent_as, i));
+        ++wrong;
+        break;
+      }
+  }
+  return wrong;
+}
+
+}  // namespace
+
 TEST_CASE("single copies: more messages in flight than an inbox holds, matched as Gloo would") {
   // Each rank posts 73 single-copy messages to the other (an inbox holds 64 descriptors: the
   // rest wait in the sender's outbox until the receiver takes some), then its receives. Rank 1
@@ -272,61 +376,13 @@ TEST_CASE("single copies: more messages in flight than an inbox holds, matched a
     return;
   }
   const int rc = tutti::spawn(2, [] {
-    using tutti::detail::space;
-    auto comm = tutti::communicator<tutti::gloo>::from_env();
-    auto& t = comm.transport();
-    const int me = comm.rank(), peer = 1 - me;
-    if (!t.single_copy(peer)) return 2;
-    tutti::detail::call c;
-    c.fp.coll = tutti::detail::collective::all_to_all;
-    c.seq = 1;
-    c.elem_size = 4;
-    constexpr int messages = static_cast<int>(tutti::detail::cma_inbox::capacity) + 9;
-    constexpr std::size_t words = std::size_t{1} << 17;  // 512 KiB each
-    const auto tag = [](int m) { return static_cast<std::uint64_t>(m % 64); };
-    const auto value = [](int from, int m, std::size_t i) {
-      return static_cast<std::int32_t>(m * 1000003 + static_cast<int>(i) + from * 7);
-    };
-    std::vector<std::vector<std::int32_t>> out(messages), in(messages);
-    std::vector<tutti::gloo::request> sends(messages), recvs(messages);
-    const auto bytes = [](std::vector<std::int32_t>& v) {
-      return std::as_writable_bytes(std::span(v));
-    };
-    for (int m = 0; m < messages; ++m) {
-      out[m].resize(words);
-      in[m].assign(words, -1);
-      for (std::size_t i = 0; i < words; ++i) out[m][i] = value(me, m, i);
-    }
-    const auto post_recv = [&](int m) {
-      recvs[m] = t.irecv(peer, bytes(in[m]), c, space::collective, tag(m));
-    };
-    const auto deadline = tutti::detail::clock::now() + std::chrono::seconds(60);
-    if (me == 1)
-      for (int m = messages - 1; m >= 0; --m) post_recv(m);
-    for (int m = 0; m < messages; ++m)
-      sends[m] = t.isend(peer, bytes(out[m]), c, space::collective, tag(m));
-    if (me == 0) {
-      for (int m = 0; m < messages; ++m) post_recv(m);
-      for (int m = messages - 1; m >= 0; --m) t.wait(recvs[m], c, deadline);
-      for (int m = 0; m < messages; ++m) t.wait(sends[m], c, deadline);
-    } else {
-      for (int m = 0; m < messages; ++m) t.wait(sends[m], c, deadline);
-      for (int m = 0; m < messages; ++m) t.wait(recvs[m], c, deadline);
-    }
-    int wrong = 0;
-    for (int m = 0; m < messages; ++m) {
-      // Rank 1 posted m + 64 before m on their shared slot: each got the other's message.
-      int sent_as = m;
-      if (me == 1 && m % 64 < messages - 64) sent_as = m >= 64 ? m - 64 : m + 64;
-      for (std::size_t i = 0; i < words; ++i)
-        if (in[m][i] != value(peer, sent_as, i)) {
-          std::fprintf(stderr, "rank %d message %d word %zu: %d, not %d\n", me, m, i, in[m][i],
-                       value(peer, sent_as, i));
-          ++wrong;
-          break;
-        }
-    }
-    return wrong == 0 ? 0 : 1;
+    auto comm = gloo_comm::from_env();
+    const int me = comm.rank();
+    if (!comm.transport().single_copy(1 - me)) return 2;
+    messages out(inbox_messages), in(inbox_messages);
+    fill_messages(me, out, in);
+    exchange_messages(comm.transport(), me, out, in);
+    return wrong_messages(me, in) == 0 ? 0 : 1;
   });
   CHECK(rc == 0);
 }

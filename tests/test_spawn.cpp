@@ -231,6 +231,83 @@ bool connect_to_store(int port, int rank) {
   return ok;
 }
 
+/// What this forked rank sees: its environment, the world detect_world finds there, and the
+/// store socket (rank 0 accepts the others' connections; the others connect).
+rank_view observe_rank() {
+  rank_view v{};
+  v.rank = env_int("RANK");
+  v.size = env_int("WORLD_SIZE");
+  v.local_rank = env_int("LOCAL_RANK");
+  v.local_size = env_int("LOCAL_WORLD_SIZE");
+  v.port = env_int("MASTER_PORT");
+  v.store_fd = env_int("TUTTI_STORE_FD");
+  v.pid = ::getpid();
+  v.ppid = ::getppid();
+  if (const char* a = std::getenv("MASTER_ADDR")) {
+    std::snprintf(v.addr, sizeof v.addr, "%s", a);
+  }
+  const auto world = tutti::bootstrap::detect_world();
+  if (world) {
+    v.detected_rank = world->rank;
+    v.detected_size = world->size;
+    v.detected_source = static_cast<int>(world->source);
+    v.detected_port = world->master_port;
+    v.agent_store = world->agent_store ? 1 : 0;
+  }
+  std::snprintf(v.job_key, sizeof v.job_key, "%s", tutti::bootstrap::local_job_key().c_str());
+  if (v.rank == 0 && v.store_fd >= 0) {
+    check_store(v);
+  } else if (v.rank > 0) {
+    v.connected = connect_to_store(v.port, v.rank) ? 1 : 0;
+  }
+  return v;
+}
+
+/// One rank of a world of `n` saw what spawn sets up; `first` is rank 0's view.
+void check_view(const rank_view& v, const rank_view& first, int n) {
+  CAPTURE(v.rank);
+  CHECK(v.size == n);
+  CHECK(v.local_rank == v.rank);
+  CHECK(v.local_size == n);
+  CHECK(std::string(v.addr) == "127.0.0.1");
+  CHECK(v.port == first.port);
+  CHECK(v.port >= 1);
+  CHECK(v.port <= 65535);
+  CHECK(v.detected_rank == v.rank);
+  CHECK(v.detected_size == n);
+  CHECK(v.detected_source == static_cast<int>(tutti::bootstrap::launcher::torchrun));
+  CHECK(v.detected_port == v.port);
+  CHECK(v.agent_store == 0);
+  CHECK(v.ppid == ::getpid());
+  CHECK(v.pid != ::getpid());
+  CHECK(std::string(v.job_key) == std::string(first.job_key));
+  CHECK(std::string(v.job_key).rfind(std::to_string(::getpid()) + "-", 0) == 0);
+  if (v.rank == 0) {
+    CHECK(v.store_fd >= 0);
+    CHECK(v.store_listening == 1);
+    CHECK(v.peers_accepted == n - 1);
+  } else {
+    CHECK(v.store_fd == -2);
+    CHECK(v.connected == 1);
+  }
+}
+
+/// The `n` views come from ranks 0 to n - 1, each its own process, all gone now.
+void check_views(const std::vector<rank_view>& views, int n) {
+  std::set<int> ranks;
+  std::set<pid_t> pids;
+  for (const auto& v : views) {
+    ranks.insert(v.rank);
+    pids.insert(v.pid);
+    check_view(v, views[0], n);
+  }
+  CHECK(ranks.size() == static_cast<std::size_t>(n));
+  CHECK(*ranks.begin() == 0);
+  CHECK(*ranks.rbegin() == n - 1);
+  CHECK(pids.size() == static_cast<std::size_t>(n));
+  for (pid_t pid : pids) CHECK(gone(pid));
+}
+
 }  // namespace
 
 TEST_CASE("every forked rank sees its environment; rank 0 owns the store socket") {
@@ -246,74 +323,13 @@ TEST_CASE("every forked rank sees its environment; rank 0 owns the store socket"
     pipe_pair out;
     const int w = out.write_end();
     const int rc = tutti::spawn(n, [w] {
-      rank_view v{};
-      v.rank = env_int("RANK");
-      v.size = env_int("WORLD_SIZE");
-      v.local_rank = env_int("LOCAL_RANK");
-      v.local_size = env_int("LOCAL_WORLD_SIZE");
-      v.port = env_int("MASTER_PORT");
-      v.store_fd = env_int("TUTTI_STORE_FD");
-      v.pid = ::getpid();
-      v.ppid = ::getppid();
-      if (const char* a = std::getenv("MASTER_ADDR")) {
-        std::snprintf(v.addr, sizeof v.addr, "%s", a);
-      }
-      const auto world = tutti::bootstrap::detect_world();
-      if (world) {
-        v.detected_rank = world->rank;
-        v.detected_size = world->size;
-        v.detected_source = static_cast<int>(world->source);
-        v.detected_port = world->master_port;
-        v.agent_store = world->agent_store ? 1 : 0;
-      }
-      std::snprintf(v.job_key, sizeof v.job_key, "%s", tutti::bootstrap::local_job_key().c_str());
-      if (v.rank == 0 && v.store_fd >= 0) {
-        check_store(v);
-      } else if (v.rank > 0) {
-        v.connected = connect_to_store(v.port, v.rank) ? 1 : 0;
-      }
-      put(w, v);
+      put(w, observe_rank());
       return 0;
     });
     CHECK(rc == 0);
     const auto views = out.drain<rank_view>();
     REQUIRE(views.size() == static_cast<std::size_t>(n));
-    std::set<int> ranks;
-    std::set<pid_t> pids;
-    for (const auto& v : views) {
-      CAPTURE(v.rank);
-      ranks.insert(v.rank);
-      pids.insert(v.pid);
-      CHECK(v.size == n);
-      CHECK(v.local_rank == v.rank);
-      CHECK(v.local_size == n);
-      CHECK(std::string(v.addr) == "127.0.0.1");
-      CHECK(v.port == views[0].port);
-      CHECK(v.port >= 1);
-      CHECK(v.port <= 65535);
-      CHECK(v.detected_rank == v.rank);
-      CHECK(v.detected_size == n);
-      CHECK(v.detected_source == static_cast<int>(tutti::bootstrap::launcher::torchrun));
-      CHECK(v.detected_port == v.port);
-      CHECK(v.agent_store == 0);
-      CHECK(v.ppid == ::getpid());
-      CHECK(v.pid != ::getpid());
-      CHECK(std::string(v.job_key) == std::string(views[0].job_key));
-      CHECK(std::string(v.job_key).rfind(std::to_string(::getpid()) + "-", 0) == 0);
-      if (v.rank == 0) {
-        CHECK(v.store_fd >= 0);
-        CHECK(v.store_listening == 1);
-        CHECK(v.peers_accepted == n - 1);
-      } else {
-        CHECK(v.store_fd == -2);
-        CHECK(v.connected == 1);
-      }
-    }
-    CHECK(ranks.size() == static_cast<std::size_t>(n));
-    CHECK(*ranks.begin() == 0);
-    CHECK(*ranks.rbegin() == n - 1);
-    CHECK(pids.size() == static_cast<std::size_t>(n));
-    for (pid_t pid : pids) CHECK(gone(pid));
+    check_views(views, n);
   }
   CHECK(std::getenv("RANK") == nullptr);  // the parent's environment is untouched
   CHECK(std::string(std::getenv("TORCHELASTIC_USE_AGENT_STORE")) == "True");
@@ -387,23 +403,56 @@ TEST_CASE("exit codes") {
   }
 }
 
+namespace {
+
+struct pid_record {
+  int rank;
+  pid_t pid;
+};
+
+/// What a spawn of ranks that record their pids left: its result, how long it took, its stderr
+/// and the records.
+struct stopped_world {
+  int rc;
+  double elapsed;
+  std::string text;
+  std::vector<pid_record> records;
+};
+
+/// Spawns `n` ranks that record their pid, then run `body(rank, ready_r, ready_w)`: the ranks
+/// that hang say they are ready on ready_w, the failing one waits for them on ready_r.
+template <class Body>
+stopped_world spawn_recording_pids(int n, Body body) {
+  pipe_pair pids;
+  pipe_pair ready;
+  const int w = pids.write_end();
+  const int ready_w = ready.write_end();
+  const int ready_r = ready.read_end();
+  capture_stderr err;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = tutti::spawn(n, [=] {
+    const int rank = env_int("RANK");
+    put(w, pid_record{rank, ::getpid()});
+    return body(rank, ready_r, ready_w);
+  });
+  const double elapsed = seconds_since(t0);
+  std::string text = err.text();
+  return {rc, elapsed, std::move(text), pids.drain<pid_record>()};
+}
+
+/// Every one of the `n` ranks recorded its pid and is gone, and no child is left.
+void check_all_gone(const stopped_world& s, std::size_t n) {
+  CHECK(s.records.size() == n);
+  for (const auto& r : s.records) CHECK(gone(r.pid));
+  CHECK(my_children().empty());
+}
+
+}  // namespace
+
 TEST_CASE("a failure stops the hanging ranks: none left running, no zombie") {
   scoped_env env;
-  struct pid_record {
-    int rank;
-    pid_t pid;
-  };
   SUBCASE("SIGTERM is enough") {
-    pipe_pair pids;
-    pipe_pair ready;
-    const int w = pids.write_end();
-    const int ready_w = ready.write_end();
-    const int ready_r = ready.read_end();
-    capture_stderr err;
-    const auto t0 = std::chrono::steady_clock::now();
-    const int rc = tutti::spawn(4, [=] {
-      const int rank = env_int("RANK");
-      put(w, pid_record{rank, ::getpid()});
+    const stopped_world s = spawn_recording_pids(4, [](int rank, int ready_r, int ready_w) {
       if (rank == 2) {
         wait_ready(ready_r, 3);
         return 5;
@@ -411,29 +460,15 @@ TEST_CASE("a failure stops the hanging ranks: none left running, no zombie") {
       say_ready(ready_w);
       sleep_forever();
     });
-    const double elapsed = seconds_since(t0);
-    const std::string text = err.text();
-    CHECK(rc == 5);
-    CHECK(elapsed < 10.0);
-    INFO("stderr: ", text);
-    CHECK(text.find("tutti::spawn: rank 2 exited with code 5") != std::string::npos);
-    const auto records = pids.drain<pid_record>();
-    CHECK(records.size() == 4);
-    for (const auto& r : records) CHECK(gone(r.pid));
-    CHECK(my_children().empty());
+    CHECK(s.rc == 5);
+    CHECK(s.elapsed < 10.0);
+    INFO("stderr: ", s.text);
+    CHECK(s.text.find("tutti::spawn: rank 2 exited with code 5") != std::string::npos);
+    check_all_gone(s, 4);
   }
   SUBCASE("a rank ignoring SIGTERM is killed after the grace period") {
     env.set("TUTTI_SPAWN_GRACE_MS", "300");
-    pipe_pair pids;
-    pipe_pair ready;
-    const int w = pids.write_end();
-    const int ready_w = ready.write_end();
-    const int ready_r = ready.read_end();
-    capture_stderr err;
-    const auto t0 = std::chrono::steady_clock::now();
-    const int rc = tutti::spawn(3, [=] {
-      const int rank = env_int("RANK");
-      put(w, pid_record{rank, ::getpid()});
+    const stopped_world s = spawn_recording_pids(3, [](int rank, int ready_r, int ready_w) {
       if (rank == 1) {
         wait_ready(ready_r, 2);  // fail only once rank 0 ignores SIGTERM
         return 7;
@@ -442,29 +477,15 @@ TEST_CASE("a failure stops the hanging ranks: none left running, no zombie") {
       say_ready(ready_w);
       sleep_forever();
     });
-    const double elapsed = seconds_since(t0);
-    const std::string text = err.text();
-    CHECK(rc == 7);
-    CHECK(elapsed >= 0.3);  // rank 0 can only die by the SIGKILL sent after the grace period
-    CHECK(elapsed < 10.0);
-    INFO("stderr: ", text);
-    CHECK(text.find("tutti::spawn: rank 1 exited with code 7") != std::string::npos);
-    const auto records = pids.drain<pid_record>();
-    CHECK(records.size() == 3);
-    for (const auto& r : records) CHECK(gone(r.pid));
-    CHECK(my_children().empty());
+    CHECK(s.rc == 7);
+    CHECK(s.elapsed >= 0.3);  // rank 0 can only die by the SIGKILL sent after the grace period
+    CHECK(s.elapsed < 10.0);
+    INFO("stderr: ", s.text);
+    CHECK(s.text.find("tutti::spawn: rank 1 exited with code 7") != std::string::npos);
+    check_all_gone(s, 3);
   }
   SUBCASE("a rank killed by SIGKILL: 128 + 9") {
-    pipe_pair pids;
-    pipe_pair ready;
-    const int w = pids.write_end();
-    const int ready_w = ready.write_end();
-    const int ready_r = ready.read_end();
-    capture_stderr err;
-    const auto t0 = std::chrono::steady_clock::now();
-    const int rc = tutti::spawn(3, [=] {
-      const int rank = env_int("RANK");
-      put(w, pid_record{rank, ::getpid()});
+    const stopped_world s = spawn_recording_pids(3, [](int rank, int ready_r, int ready_w) -> int {
       if (rank == 1) {
         wait_ready(ready_r, 2);
         ::kill(::getpid(), SIGKILL);
@@ -472,16 +493,12 @@ TEST_CASE("a failure stops the hanging ranks: none left running, no zombie") {
       say_ready(ready_w);
       sleep_forever();
     });
-    const double elapsed = seconds_since(t0);
-    const std::string text = err.text();
-    CHECK(rc == 128 + SIGKILL);
-    CHECK(elapsed < 10.0);
-    INFO("stderr: ", text);
-    CHECK(text.find("tutti::spawn: rank 1 was killed by signal 9 (SIGKILL)") != std::string::npos);
-    const auto records = pids.drain<pid_record>();
-    CHECK(records.size() == 3);
-    for (const auto& r : records) CHECK(gone(r.pid));
-    CHECK(my_children().empty());
+    CHECK(s.rc == 128 + SIGKILL);
+    CHECK(s.elapsed < 10.0);
+    INFO("stderr: ", s.text);
+    CHECK(s.text.find("tutti::spawn: rank 1 was killed by signal 9 (SIGKILL)") !=
+          std::string::npos);
+    check_all_gone(s, 3);
   }
 }
 

@@ -134,22 +134,34 @@ void in_place_forms(batch<Comm>& b, std::size_t n) {
   });
 }
 
-template <class T, class Comm>
-void vector_forms(batch<Comm>& b, std::size_t n) {
-  Comm& comm = b.comm;
-  const int p = comm.size(), r = comm.rank();
-  const auto up = static_cast<std::size_t>(p), ur = static_cast<std::size_t>(r);
-  // Per-rank counts with zeros among them: counts[q] = (3q + n) % 5.
+/// The v-variants' per-rank counts, with zeros among them: counts[q] = (3q + n) % 5, and
+/// at[q] where rank q's block starts (at[p] is the total); both live as long as the batch.
+struct v_counts {
+  std::vector<std::size_t>& counts;
+  std::vector<std::size_t>& at;
+};
+
+template <class Comm>
+v_counts make_v_counts(batch<Comm>& b, std::size_t n) {
+  const auto up = static_cast<std::size_t>(b.comm.size());
   auto& counts = b.template buf<std::size_t>(up, 0);
   auto& at = b.template buf<std::size_t>(up + 1, 0);
   for (std::size_t q = 0; q < up; ++q) {
     counts[q] = (3 * q + n) % 5;
     at[q + 1] = at[q] + counts[q];
   }
-  const std::span<const std::size_t> cs(counts);
+  return {counts, at};
+}
 
-  // all_gatherv, with a non-const input span.
-  auto& mine = b.template buf<T>(counts[ur], 0);
+/// all_gatherv, with a non-const input span; returns this rank's block, which gatherv sends too.
+template <class T, class Comm>
+std::vector<T>& all_gatherv_form(batch<Comm>& b, std::size_t n, const v_counts& vc) {
+  Comm& comm = b.comm;
+  const int r = comm.rank();
+  const auto up = static_cast<std::size_t>(comm.size()), ur = static_cast<std::size_t>(r);
+  auto& at = vc.at;
+  const std::span<const std::size_t> cs(vc.counts);
+  auto& mine = b.template buf<T>(vc.counts[ur], 0);
   for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = v<T>(r, i);
   auto& all = b.template buf<T>(at[up], T(-1));
   if (b.async)
@@ -161,9 +173,18 @@ void vector_forms(batch<Comm>& b, std::size_t n) {
       for (std::size_t i = at[q]; i < at[q + 1]; ++i)
         if (all[i] != v<T>(static_cast<int>(q), i - at[q])) return b.fail("all_gatherv", n, i);
   });
+  return mine;
+}
 
-  // gatherv to a root that moves with n; off the root `out` is empty.
-  const int root = static_cast<int>((n + 1) % up);
+/// gatherv of `mine` to `root`; off the root `out` is empty.
+template <class T, class Comm>
+void gatherv_form(batch<Comm>& b, std::size_t n, const v_counts& vc, std::vector<T>& mine,
+                  int root) {
+  Comm& comm = b.comm;
+  const int r = comm.rank();
+  const auto up = static_cast<std::size_t>(comm.size());
+  auto& at = vc.at;
+  const std::span<const std::size_t> cs(vc.counts);
   auto& g = b.template buf<T>(r == root ? at[up] : 0, T(-1));
   if (b.async)
     b.add(comm.gatherv_async(std::span<const T>(mine), std::span<T>(g), cs, root));
@@ -174,13 +195,21 @@ void vector_forms(batch<Comm>& b, std::size_t n) {
       for (std::size_t i = at[q]; i < at[q + 1]; ++i)
         if (g[i] != v<T>(static_cast<int>(q), i - at[q])) return b.fail("gatherv", n, i);
   });
+}
 
-  // scatterv from the same root: rank q receives block q of root's input, v(q + 50, .).
+/// scatterv from `root`: rank q receives block q of root's input, v(q + 50, .).
+template <class T, class Comm>
+void scatterv_form(batch<Comm>& b, std::size_t n, const v_counts& vc, int root) {
+  Comm& comm = b.comm;
+  const int r = comm.rank();
+  const auto up = static_cast<std::size_t>(comm.size()), ur = static_cast<std::size_t>(r);
+  auto& at = vc.at;
+  const std::span<const std::size_t> cs(vc.counts);
   auto& src = b.template buf<T>(r == root ? at[up] : 0, 0);
   for (std::size_t q = 0; q < up && r == root; ++q)
     for (std::size_t i = at[q]; i < at[q + 1]; ++i)
       src[i] = v<T>(static_cast<int>(q) + 50, i - at[q]);
-  auto& piece = b.template buf<T>(counts[ur], T(-1));
+  auto& piece = b.template buf<T>(vc.counts[ur], T(-1));
   if (b.async)
     b.add(comm.scatterv_async(std::span<const T>(src), std::span<T>(piece), cs, root));
   else
@@ -189,8 +218,13 @@ void vector_forms(batch<Comm>& b, std::size_t n) {
     for (std::size_t i = 0; i < piece.size(); ++i)
       if (piece[i] != v<T>(r + 50, i)) return b.fail("scatterv", n, i);
   });
+}
 
-  // all_to_allv: rank i sends (i + 2j + n) % 4 elements to rank j, valued 100 i + j.
+/// all_to_allv: rank i sends (i + 2j + n) % 4 elements to rank j, valued 100 i + j.
+template <class T, class Comm>
+void all_to_allv_form(batch<Comm>& b, std::size_t n) {
+  Comm& comm = b.comm;
+  const auto up = static_cast<std::size_t>(comm.size()), ur = static_cast<std::size_t>(comm.rank());
   auto pair = [n](std::size_t from, std::size_t to) { return (from + 2 * to + n) % 4; };
   auto& sc = b.template buf<std::size_t>(up, 0);
   auto& rc = b.template buf<std::size_t>(up, 0);
@@ -214,6 +248,18 @@ void vector_forms(batch<Comm>& b, std::size_t n) {
       for (std::size_t i = 0; i < rc[q]; ++i, ++k)
         if (out[k] != static_cast<T>(100 * q + ur)) return b.fail("all_to_allv", n, k);
   });
+}
+
+/// The v-variants, in this order on every rank: all_gatherv, gatherv and scatterv to and from
+/// a root that moves with n, all_to_allv.
+template <class T, class Comm>
+void vector_forms(batch<Comm>& b, std::size_t n) {
+  const v_counts vc = make_v_counts(b, n);
+  auto& mine = all_gatherv_form<T>(b, n, vc);
+  const int root = static_cast<int>((n + 1) % static_cast<std::size_t>(b.comm.size()));
+  gatherv_form<T>(b, n, vc, mine, root);
+  scatterv_form<T>(b, n, vc, root);
+  all_to_allv_form<T>(b, n);
 }
 
 /// Every form above for int32 and double at counts 0, 1, p - 1 and 37, blocking then async,

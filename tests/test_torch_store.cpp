@@ -133,11 +133,9 @@ long long took_ms(F&& f) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t0).count();
 }
 
-void exercise(bool libuv) {
-  torch_server server(libuv);
-  torch_tcp_store st("127.0.0.1", server.port(), "tutti/", 10s);
-
-  // set and get, exact bytes: text, empty, binary with zeros, a replaced value, 1 MiB
+/// set and get, exact bytes: text, empty, binary with zeros, a replaced value, 1 MiB. Leaves
+/// 'a' = "world" and 'bin' for the checks after it.
+void set_and_get_exact_bytes(torch_tcp_store& st) {
   st.set_string("a", "hello");
   CHECK(st.get_string("a", 1s) == "hello");
   st.set_string("empty", "");
@@ -151,8 +149,10 @@ void exercise(bool libuv) {
   for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::byte>(i * 31 % 251);
   st.set("big", big);
   CHECK(st.get("big", 1s) == big);
+}
 
-  // get and wait time out naming what is missing, and the connection still works after
+/// get and wait time out naming what is missing, and the connection still works after.
+void timeouts_name_what_is_missing(torch_tcp_store& st) {
   const caught_t miss = catch_error([&] { (void)st.get("missing", 300ms); });
   CHECK(miss.raised);
   CHECK(miss.kind == errc::timeout);
@@ -165,8 +165,10 @@ void exercise(bool libuv) {
   st.wait(std::vector<std::string>{"a", "bin"}, 0ms);
   st.wait(std::vector<std::string>{}, 0ms);
   CHECK(st.get_string("a", 1s) == "world");
+}
 
-  // add: counters as decimal text, negative deltas, a value that is not a number
+/// add: counters as decimal text, negative deltas, a value that is not a number.
+void add_counts(torch_tcp_store& st) {
   CHECK(st.add("c", 5) == 5);
   CHECK(st.add("c", -7) == -2);
   CHECK(st.get_string("c", 1s) == "-2");
@@ -175,9 +177,10 @@ void exercise(bool libuv) {
   CHECK(not_number.kind == errc::invalid_argument);
   CHECK(contains(not_number.what, "not a decimal 64-bit integer"));
   CHECK(st.add("c", 2) == 0);  // the store still works
+}
 
-  // a waiter wakes when another client sets the keys; adds from many threads all count
-  torch_tcp_store other("127.0.0.1", server.port(), "tutti/", 10s);
+/// A waiter wakes when another client sets the keys; adds from many threads all count.
+void two_clients(torch_tcp_store& st, torch_tcp_store& other) {
   std::thread setter([&] {
     std::this_thread::sleep_for(100ms);
     other.set_string("late1", "1");
@@ -195,8 +198,10 @@ void exercise(bool libuv) {
     });
   for (auto& t : adders) t.join();
   CHECK(st.add("many", 0) == 100);
+}
 
-  // torch's own client prefixes "/": the same keys, both ways
+/// torch's own client prefixes "/": the same keys, both ways; `st`'s prefix does not see them.
+void torch_client_keys(torch_server& server, torch_tcp_store& st) {
   torch_tcp_store as_torch("127.0.0.1", server.port(), "/", 10s);
   as_torch.set_string("from_tutti", "v1");
   CHECK(server.ask("get from_tutti") == "v1");
@@ -206,6 +211,18 @@ void exercise(bool libuv) {
   CHECK(server.ask("add shared 4") == "7");
   CHECK(as_torch.get_string("shared", 1s) == "7");
   CHECK(catch_error([&] { (void)st.get("from_torch", 0ms); }).kind == errc::timeout);
+}
+
+/// Everything above, in order, through clients of one torch server (`libuv` or legacy).
+void exercise(bool libuv) {
+  torch_server server(libuv);
+  torch_tcp_store st("127.0.0.1", server.port(), "tutti/", 10s);
+  set_and_get_exact_bytes(st);
+  timeouts_name_what_is_missing(st);
+  add_counts(st);
+  torch_tcp_store other("127.0.0.1", server.port(), "tutti/", 10s);
+  two_clients(st, other);
+  torch_client_keys(server, st);
 }
 
 // What the client refuses before it sends anything (no server needed).
@@ -319,15 +336,16 @@ void expect_failure(std::function<bool(int)> script, Op op, errc kind, std::stri
   }
 }
 
-TEST_CASE("torch_tcp_store: garbage, truncated, oversized or missing replies raise quickly") {
-  const auto set = [](torch_tcp_store& st) { st.set_string("k", "v"); };
-  const auto get = [](torch_tcp_store& st) { (void)st.get("k", 10s); };
+void set_k(torch_tcp_store& st) { st.set_string("k", "v"); }
+void get_k(torch_tcp_store& st) { (void)st.get("k", 10s); }
+
+TEST_CASE("torch_tcp_store: a broken handshake or nobody listening raises quickly") {
   SUBCASE("a wrong PING answer") {
-    expect_failure([](int fd) { return handshake(fd, false); }, set, errc::transport_failure,
+    expect_failure([](int fd) { return handshake(fd, false); }, set_k, errc::transport_failure,
                    "answered torch's handshake wrongly");
   }
   SUBCASE("the server closes during the handshake, every time") {
-    expect_failure([](int) { return false; }, set, errc::timeout,
+    expect_failure([](int) { return false; }, set_k, errc::timeout,
                    "closed the connection during the handshake");
   }
   SUBCASE("nobody listens") {
@@ -343,13 +361,16 @@ TEST_CASE("torch_tcp_store: garbage, truncated, oversized or missing replies rai
     CHECK(c.kind == errc::timeout);
     CHECK(contains(c.what, "could not connect within 300 ms"));
   }
+}
+
+TEST_CASE("torch_tcp_store: garbage or oversized or truncated replies to a get raise quickly") {
   SUBCASE("a garbage WAIT answer") {
     expect_failure(
         [](int fd) {
           if (handshake(fd)) drain(fd), put(fd, {7});
           return true;
         },
-        get, errc::transport_failure, "malformed reply from the store server (WAIT answered 7)");
+        get_k, errc::transport_failure, "malformed reply from the store server (WAIT answered 7)");
   }
   SUBCASE("a value length of 2^60") {
     expect_failure(
@@ -361,7 +382,7 @@ TEST_CASE("torch_tcp_store: garbage, truncated, oversized or missing replies rai
           put(fd, r);
           return true;
         },
-        get, errc::transport_failure, "over the limit of 16777216");
+        get_k, errc::transport_failure, "over the limit of 16777216");
   }
   SUBCASE("a truncated value, then the server closes") {
     expect_failure(
@@ -374,11 +395,7 @@ TEST_CASE("torch_tcp_store: garbage, truncated, oversized or missing replies rai
           put(fd, r);
           return false;
         },
-        get, errc::peer_lost, "get of key 'k': the store server closed the connection");
-  }
-  SUBCASE("no answer to a set") {
-    expect_failure([](int fd) { return handshake(fd); }, set, errc::timeout,
-                   "set of key 'k': the store server did not answer within 500 ms");
+        get_k, errc::peer_lost, "get of key 'k': the store server closed the connection");
   }
   SUBCASE("a garbage CANCEL_WAIT answer") {
     expect_failure(
@@ -400,6 +417,13 @@ TEST_CASE("torch_tcp_store: garbage, truncated, oversized or missing replies rai
         },
         [](torch_tcp_store& st) { (void)st.get("k", 0ms); }, errc::transport_failure,
         "CHECK answered 5");
+  }
+}
+
+TEST_CASE("torch_tcp_store: missing or cut-off replies to a set or an add raise quickly") {
+  SUBCASE("no answer to a set") {
+    expect_failure([](int fd) { return handshake(fd); }, set_k, errc::timeout,
+                   "set of key 'k': the store server did not answer within 500 ms");
   }
   SUBCASE("the server closes during an add, and on reconnecting") {
     expect_failure(
