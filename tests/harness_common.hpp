@@ -105,6 +105,59 @@ constexpr unsigned capabilities() {
   return m;
 }
 
+/// Calls the member of `r` named after the drawn collective `c` (r.all_reduce(), r.reduce(),
+/// ..., r.barrier()) where policy A implements it over transport X, and returns what it returns;
+/// for a collective A lacks it returns a value-initialised result, and the member's call is never
+/// instantiated. `Coll` is a harness's own enum, as for capabilities(): one that does not name the
+/// v-variants needs no members for them.
+template <class A, class X, class Coll, class Runner>
+auto call_drawn(Coll c, Runner& r) -> decltype(r.barrier()) {
+  using namespace tutti::detail;
+  using result = decltype(r.barrier());
+  if constexpr (requires { Coll::all_gatherv; })
+    if (c == Coll::all_gatherv) {
+      if constexpr (has_all_gatherv<A, X>) return r.all_gatherv();
+      return result();
+    }
+  if constexpr (requires { Coll::all_to_allv; })
+    if (c == Coll::all_to_allv) {
+      if constexpr (has_all_to_allv<A, X>) return r.all_to_allv();
+      return result();
+    }
+  switch (c) {
+    case Coll::all_reduce:
+      if constexpr (has_all_reduce<A, X>) return r.all_reduce();
+      break;
+    case Coll::reduce:
+      if constexpr (has_reduce<A, X>) return r.reduce();
+      break;
+    case Coll::broadcast:
+      if constexpr (has_broadcast<A, X>) return r.broadcast();
+      break;
+    case Coll::all_gather:
+      if constexpr (has_all_gather<A, X>) return r.all_gather();
+      break;
+    case Coll::reduce_scatter:
+      if constexpr (has_reduce_scatter<A, X>) return r.reduce_scatter();
+      break;
+    case Coll::gather:
+      if constexpr (has_gather<A, X>) return r.gather();
+      break;
+    case Coll::scatter:
+      if constexpr (has_scatter<A, X>) return r.scatter();
+      break;
+    case Coll::all_to_all:
+      if constexpr (has_all_to_all<A, X>) return r.all_to_all();
+      break;
+    case Coll::barrier:
+      if constexpr (has_barrier<A, X>) return r.barrier();
+      break;
+    default:  // the v-variants, above
+      break;
+  }
+  return result();
+}
+
 /// The exact reduction under `op` of value(r) over ranks r = 0 .. p-1, in 64-bit integers
 /// (for avg: the sum; the caller divides, as its element type wants).
 template <class Value>

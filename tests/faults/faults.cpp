@@ -216,7 +216,8 @@ void with_op(int k, Fn&& fn) {
 
 /// One drawn op of element type T on `comm`: its buffers, its async handle, and one member per
 /// collective that sizes the buffers and calls it as drawn (blocking or async, in place or not).
-/// A member is instantiated only where run_op calls it, behind the policy's capability guard.
+/// A member is instantiated only where tutti_harness::call_drawn calls it, for a policy that has
+/// the collective.
 template <class T, class Comm>
 class op_call {
  public:
@@ -324,42 +325,12 @@ class op_call {
 };
 
 /// Runs the drawn op `d` with element type T on `comm`; an async one joins `queue`. A collective
-/// the policy lacks is never drawn, and its `if constexpr` guard keeps it from being compiled.
+/// the policy lacks is never drawn, and call_drawn keeps it from being compiled.
 template <class T, class Comm>
 void run_op(Comm& comm, const op_desc& d, std::vector<pending>& queue) {
-  using A = typename Comm::algorithm_type;
-  using X = typename Comm::transport_type;
-  namespace det = tutti::detail;
   op_call<T, Comm> call(comm, d);
-  switch (d.c) {
-    case coll::all_reduce:
-      if constexpr (det::has_all_reduce<A, X>) call.all_reduce();
-      break;
-    case coll::reduce:
-      if constexpr (det::has_reduce<A, X>) call.reduce();
-      break;
-    case coll::broadcast:
-      if constexpr (det::has_broadcast<A, X>) call.broadcast();
-      break;
-    case coll::all_gather:
-      if constexpr (det::has_all_gather<A, X>) call.all_gather();
-      break;
-    case coll::reduce_scatter:
-      if constexpr (det::has_reduce_scatter<A, X>) call.reduce_scatter();
-      break;
-    case coll::gather:
-      if constexpr (det::has_gather<A, X>) call.gather();
-      break;
-    case coll::scatter:
-      if constexpr (det::has_scatter<A, X>) call.scatter();
-      break;
-    case coll::all_to_all:
-      if constexpr (det::has_all_to_all<A, X>) call.all_to_all();
-      break;
-    case coll::barrier:
-      call.barrier();
-      break;
-  }
+  tutti_harness::call_drawn<typename Comm::algorithm_type, typename Comm::transport_type>(d.c,
+                                                                                          call);
   if (d.async) call.enqueue(queue);
 }
 

@@ -340,46 +340,8 @@ class typed_call {
         n_(d.n) {}
 
   /// Makes the call; false if it returned with a wrong value. A collective the policy lacks is
-  /// never instantiated (the capability guards): for it, this does nothing.
-  bool run() {
-    namespace det = tutti::detail;
-    switch (d_.c) {
-      case coll::all_reduce:
-        if constexpr (det::has_all_reduce<A, X>) return all_reduce();
-        break;
-      case coll::reduce:
-        if constexpr (det::has_reduce<A, X>) return reduce();
-        break;
-      case coll::broadcast:
-        if constexpr (det::has_broadcast<A, X>) return broadcast();
-        break;
-      case coll::all_gather:
-        if constexpr (det::has_all_gather<A, X>) return all_gather();
-        break;
-      case coll::gather:
-        if constexpr (det::has_gather<A, X>) return gather();
-        break;
-      case coll::scatter:
-        if constexpr (det::has_scatter<A, X>) return scatter();
-        break;
-      case coll::reduce_scatter:
-        if constexpr (det::has_reduce_scatter<A, X>) return reduce_scatter();
-        break;
-      case coll::all_to_all:
-        if constexpr (det::has_all_to_all<A, X>) return all_to_all();
-        break;
-      case coll::all_gatherv:
-        if constexpr (det::has_all_gatherv<A, X>) return all_gatherv();
-        break;
-      case coll::all_to_allv:
-        if constexpr (det::has_all_to_allv<A, X>) return all_to_allv();
-        break;
-      case coll::barrier:
-        if constexpr (det::has_barrier<A, X>) return barrier();
-        break;
-    }
-    return true;
-  }
+  /// never drawn, nor instantiated (tutti_harness::call_drawn).
+  bool run() { return tutti_harness::call_drawn<A, X>(d_.c, *this); }
 
  private:
   /// Sizes the input to `len` elements and fills it with this rank's inputs.
@@ -422,6 +384,7 @@ class typed_call {
     });
   }
 
+ public:
   // The collectives, one member each: fill the buffers, make the call, check what it returned.
   bool all_reduce() {
     fill_in(n_);
@@ -534,6 +497,7 @@ class typed_call {
     return true;
   }
 
+ private:
   // The call and where it runs; the world's size and this rank (also as sizes); the count.
   Comm& comm_;
   const call_desc& d_;

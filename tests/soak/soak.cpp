@@ -261,47 +261,10 @@ struct op_runner {
   std::function<void()> check;
   std::span<T> in_s, out_s;
 
-  /// Runs the drawn collective if the policy implements it; `check` stays empty if not. The
-  /// guards keep a collective the policy lacks from being instantiated.
+  /// Runs the drawn collective if the policy implements it; `check` stays empty if not.
   void call() {
-    using A = typename Comm::algorithm_type;
-    using X = typename Comm::transport_type;
-    namespace det = tutti::detail;
-    switch (d.c) {
-      case coll::all_reduce:
-        if constexpr (det::has_all_reduce<A, X>) all_reduce();
-        break;
-      case coll::reduce:
-        if constexpr (det::has_reduce<A, X>) reduce();
-        break;
-      case coll::broadcast:
-        if constexpr (det::has_broadcast<A, X>) broadcast();
-        break;
-      case coll::all_gather:
-        if constexpr (det::has_all_gather<A, X>) all_gather();
-        break;
-      case coll::reduce_scatter:
-        if constexpr (det::has_reduce_scatter<A, X>) reduce_scatter();
-        break;
-      case coll::gather:
-        if constexpr (det::has_gather<A, X>) gather();
-        break;
-      case coll::scatter:
-        if constexpr (det::has_scatter<A, X>) scatter();
-        break;
-      case coll::all_to_all:
-        if constexpr (det::has_all_to_all<A, X>) all_to_all();
-        break;
-      case coll::all_gatherv:
-        if constexpr (det::has_all_gatherv<A, X>) all_gatherv();
-        break;
-      case coll::all_to_allv:
-        if constexpr (det::has_all_to_allv<A, X>) all_to_allv();
-        break;
-      case coll::barrier:
-        barrier();
-        break;
-    }
+    tutti_harness::call_drawn<typename Comm::algorithm_type, typename Comm::transport_type>(d.c,
+                                                                                            *this);
   }
 
   /// Sizes the input to `len` elements of this rank's input values.

@@ -89,6 +89,11 @@ template <class Comm>
   };
 }
 
+/// The call a request comes from, as errors name it.
+[[nodiscard]] inline const char* split_call_name(const split_request& r) noexcept {
+  return r.check == 0 ? "split" : "group";
+}
+
 /// The child communicator (a `Child`) that this rank's request `mine` gives it in `parent`'s
 /// split number `splits` (counted up here), or none; `listed` is group's rank list, checked
 /// after the exchange (so that every rank raises alike). Over host memory the requests are
@@ -101,7 +106,7 @@ template <class Child, class Comm>
   split_plan plan;
   split_exchange exchange;
   if constexpr (std::is_same_v<typename Comm::memory_space, host_memory>) {
-    const auto all = gather_split_requests(parent, mine, mine.check == 0 ? "split" : "group");
+    const auto all = gather_split_requests(parent, mine, split_call_name(mine));
     if (mine.check != 0) check_group_ranks(listed, parent.size(), parent.rank());
     plan = plan_split(all, parent.rank(), splits++);
     exchange = exchange_over(parent);
@@ -123,7 +128,7 @@ template <class Child, class Comm>
 [[nodiscard]] std::optional<Child> split_child(Comm& parent, split_request mine,
                                                std::span<const int> listed,
                                                const options& child_opts, std::uint64_t& splits) {
-  const char* what = mine.check == 0 ? "split" : "group";
+  const char* what = split_call_name(mine);
   try {
     return make_split_child<Child>(parent, mine, listed, child_opts, splits);
   } catch (const error& e) {
