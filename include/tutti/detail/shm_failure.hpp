@@ -140,10 +140,15 @@ void shm_poll(shm_state& st, const call& c, clock::time_point deadline, int peer
   // Only then ranks that closed cleanly (say, after raising this same death themselves):
   // a death is the cause worth naming.
   for (int q = 0; q < st.size; ++q)
-    if (q != st.rank && (peer < 0 || peer == q) && shm_closed(st, q) && !ready())
+    if (q != st.rank && (peer < 0 || peer == q) && shm_closed(st, q) && !ready()) {
+      // A rank records its cause (a timeout naming the stopped rank, say) before it closes:
+      // that record may have landed between the look above and this close. The close's
+      // release orders it, so a second look finds it, and its cause wins over the close.
+      if (st.view.aborted()) shm_raise_abort(st, c, peer);
       throw error(
           errc::peer_lost, c.name_str(), c.seq, st.rank, q,
           "rank " + std::to_string(q) + " closed its communicator without making this call");
+    }
   if (now < deadline) return;
   std::string text = peer >= 0 ? "timed out waiting for rank " + std::to_string(peer)
                                : "timed out waiting for the other ranks";
