@@ -252,10 +252,14 @@ class inproc {
       }
     }
     for (int r = 0; r < size(); ++r)
-      if ((peer < 0 || r == peer) && r != rank_ && world_->exited(r))
+      if ((peer < 0 || r == peer) && r != rank_ && world_->exited(r)) {
+        // A rank that failed records why before it is marked exited, perhaps just after the
+        // look above: the mark's release orders the record, so a second look finds it.
+        if (world_->aborted()) raise_abort(c, peer);
         throw error(
             errc::peer_lost, c.name_str(), c.seq, rank_, r,
             "rank " + std::to_string(r) + " returned from its function without making this call");
+      }
     if (detail::clock::now() >= deadline)
       throw error(errc::timeout, c.name_str(), c.seq, rank_, peer,
                   peer >= 0 ? "timed out waiting for rank " + std::to_string(peer)
