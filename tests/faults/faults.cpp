@@ -37,6 +37,7 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -189,7 +190,7 @@ constexpr unsigned capabilities() {
 struct op_desc {
   coll c = coll::barrier;
   int type = 0;
-  int op = 0;
+  tutti::op_kind op = tutti::op_kind::sum;
   std::size_t n = 0;
   int root = 0;
   bool in_place = false;
@@ -202,17 +203,9 @@ struct pending {
   std::shared_ptr<void> keep;
 };
 
-template <class Fn>
-void with_op(int k, Fn&& fn) {
-  switch (k) {
-    case 0:
-      return fn(tutti::sum);
-    case 1:
-      return fn(tutti::max);
-    default:
-      return fn(tutti::min);
-  }
-}
+/// The reductions a drawn op uses, in the order the seed has always drawn them.
+constexpr std::array<tutti::op_kind, 3> drawn_ops{tutti::op_kind::sum, tutti::op_kind::max,
+                                                  tutti::op_kind::min};
 
 /// One drawn op of element type T on `comm`: its buffers, its async handle, and one member per
 /// collective that sizes the buffers and calls it as drawn (blocking or async, in place or not).
@@ -227,7 +220,7 @@ class op_call {
   void all_reduce() {
     const auto io = sized(n_, d_.in_place ? 0 : n_);
     const std::span<T> i = io.first, o = io.second;
-    with_op(d_.op, [&](auto op) {
+    tutti_harness::with_op(d_.op, [&](auto op) {
       if (d_.in_place)
         d_.async ? void(w_ = comm_.all_reduce_async(i, op)) : comm_.all_reduce(i, op);
       else
@@ -239,7 +232,7 @@ class op_call {
   void reduce() {
     const auto io = sized(n_, d_.in_place ? 0 : n_);
     const std::span<T> i = io.first, o = io.second;
-    with_op(d_.op, [&](auto op) {
+    tutti_harness::with_op(d_.op, [&](auto op) {
       if (d_.in_place)
         comm_.reduce(i, op, d_.root);
       else
@@ -267,7 +260,7 @@ class op_call {
   void reduce_scatter() {
     const auto io = sized(p_ * n_, d_.in_place ? 0 : n_);
     const std::span<T> i = io.first, o = io.second;
-    with_op(d_.op, [&](auto op) {
+    tutti_harness::with_op(d_.op, [&](auto op) {
       if (d_.in_place)
         comm_.reduce_scatter(i, op);
       else
@@ -357,7 +350,7 @@ template <class Comm>
     op_desc d;
     d.c = static_cast<coll>(choices[below(m)]);
     d.type = static_cast<int>(below(4));
-    d.op = static_cast<int>(below(3));
+    d.op = drawn_ops[below(3)];
     switch (below(3)) {
       case 0:
         d.n = below(2 * p + 2);
@@ -1123,6 +1116,16 @@ constexpr const char* help_text =
   return x;
 }
 
+/// --seed's value: every 64-bit seed, exactly (a double would round those above 2^53).
+[[nodiscard]] std::uint64_t parse_seed(const char* v) {
+  std::uint64_t x = 0;
+  const char* end = v + std::strlen(v);
+  const auto [at, ec] = std::from_chars(v, end, x);
+  if (ec != std::errc{} || at != end || at == v)
+    usage(std::string("not a seed after --seed (0..18446744073709551615): ") + v);
+  return x;
+}
+
 [[nodiscard]] std::vector<int> parse_np(const std::string& s) {
   std::vector<int> v;
   std::size_t at = 0;
@@ -1190,8 +1193,6 @@ void parse_transport(config& cfg, const std::string& t) {
     cfg.trials = static_cast<int>(x);
   else if (a == "--duration-s")
     cfg.duration_s = x;
-  else if (a == "--seed")
-    cfg.seed = static_cast<std::uint64_t>(x);
   else if (a == "--max-count")
     cfg.max_count = static_cast<std::size_t>(x);
   else if (a == "--max-delay-ms")
@@ -1224,6 +1225,8 @@ void parse_value(config& cfg, const std::string& a, const char* v) {
     cfg.skip_policies.insert(v);
   } else if (a == "--json") {
     cfg.json = v;
+  } else if (a == "--seed") {
+    cfg.seed = parse_seed(v);
   } else if (!parse_number(cfg, a, number(a, v))) {
     usage("unknown option " + a);
   }
